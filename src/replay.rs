@@ -1,0 +1,402 @@
+//! The replay protocol: claim → publish with confirm → mark, or release.
+//!
+//! [`replay`] is the only code that moves a dead letter to `replayed`; a single `dlq
+//! replay ID` is a batch of one and `dlq replay --plan` feeds it batches, so both carry
+//! the same guarantees. The order is what makes it safe:
+//! - the claim (one conditional UPDATE on the database clock) comes first, so two
+//!   operators can never both publish the same row;
+//! - the lease is re-checked just before publishing, so a lease that lapsed while a
+//!   person read a prompt is never used;
+//! - the row is marked only after the broker's ack (and no return), so `replayed`
+//!   always means "the broker has it";
+//! - a publish that certainly failed releases the claim so the row can be retried; one
+//!   whose outcome is unknown keeps it until the lease lapses, so nobody replays it again
+//!   at once while the operator checks the consumers' receipts for the event ID.
+//!
+//! The body and event ID are never changed: consumers deduplicate on the event ID.
+
+use crate::error::Result;
+use crate::model::{sha256_hex, DeadLetter, NewHistory, Outcome, Summary};
+use crate::publisher::{
+    replay_headers, to_field_table, OutgoingMessage, PublishResult, Publisher, PublisherOptions,
+    Target,
+};
+use crate::secret::SecretUrl;
+use crate::store::Store;
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// One dead letter to replay, optionally pinned to a reviewed body.
+#[derive(Debug, Clone)]
+pub struct Item {
+    pub id: String,
+    pub expected_sha256: Option<String>,
+}
+
+/// How to replay, the same for every item of a batch.
+#[derive(Debug, Clone)]
+pub struct ReplayOptions {
+    pub operator: String,
+    pub lease: Duration,
+    /// A claim taken earlier (`dlq claim`); no new claim is taken.
+    pub token: Option<String>,
+    pub exchange: Option<String>,
+    pub routing_key: Option<String>,
+    pub plan_id: Option<String>,
+}
+
+/// What happened to one item.
+#[derive(Debug, Clone, Serialize)]
+pub struct ItemReport {
+    pub id: String,
+    pub outcome: Outcome,
+    pub detail: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub event_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub plan_id: Option<String>,
+}
+
+/// The broker connection, opened on first use and reopened if it died.
+pub struct Broker {
+    url: SecretUrl,
+    opts: PublisherOptions,
+    publisher: Option<Publisher>,
+    /// Publishes at most this often (`--rate`).
+    pacer: Option<tokio::time::Interval>,
+}
+
+impl Broker {
+    pub fn new(url: SecretUrl, opts: PublisherOptions, rate_per_sec: Option<f64>) -> Self {
+        let pacer = rate_per_sec.map(|r| {
+            let mut i = tokio::time::interval(Duration::from_secs_f64(1.0 / r));
+            i.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            i
+        });
+        Broker {
+            url,
+            opts,
+            publisher: None,
+            pacer,
+        }
+    }
+
+    async fn publisher(&mut self) -> std::result::Result<&Publisher, String> {
+        if self.publisher.as_ref().is_some_and(|p| !p.is_usable()) {
+            if let Some(p) = self.publisher.take() {
+                p.close().await;
+            }
+        }
+        if self.publisher.is_none() {
+            self.publisher = Some(Publisher::connect(&self.url, self.opts.clone()).await?);
+        }
+        Ok(self.publisher.as_ref().expect("just connected"))
+    }
+
+    pub async fn close(&mut self) {
+        if let Some(p) = self.publisher.take() {
+            p.close().await;
+        }
+    }
+}
+
+/// Where a row's replay goes: the overrides, else the row's exchange and routing key,
+/// else the default exchange and the source queue.
+pub fn resolve_target(row: &Summary, opts: &ReplayOptions) -> Option<Target> {
+    let exchange = opts
+        .exchange
+        .clone()
+        .or_else(|| row.exchange.clone())
+        .unwrap_or_default();
+    let routing_key = opts
+        .routing_key
+        .clone()
+        .or_else(|| row.routing_key.clone())
+        .or_else(|| row.source_queue.clone())?;
+    Some(Target {
+        exchange,
+        routing_key,
+    })
+}
+
+/// The message a replay publishes for `row`.
+pub fn build_message(row: &DeadLetter, operator: &str) -> OutgoingMessage {
+    let headers = replay_headers(&row.headers(), &row.summary.id, &row.summary.reason, operator);
+    OutgoingMessage {
+        body: row.body.clone(),
+        headers: to_field_table(&headers),
+        message_id: row.summary.event_id.clone(),
+    }
+}
+
+/// `OPERATOR:UUIDv4`, unguessable.
+pub fn new_token(operator: &str) -> String {
+    format!("{operator}:{}", uuid::Uuid::new_v4())
+}
+
+/// The operator part of a claim token.
+pub fn token_operator(token: &str) -> &str {
+    token.rsplit_once(':').map(|(op, _)| op).unwrap_or(token)
+}
+
+fn fmt_time(t: DateTime<Utc>) -> String {
+    t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+/// Why a row could not be claimed (or is no longer ours), for the operator.
+pub fn explain_unavailable(row: &Summary, now: DateTime<Utc>) -> (Outcome, String) {
+    if let Some(at) = row.replayed_at {
+        let by = row
+            .replay_claim_owner
+            .as_deref()
+            .map(token_operator)
+            .unwrap_or("unknown");
+        return (
+            Outcome::NotReplayed,
+            format!("already replayed at {} by {by}; nothing was published", fmt_time(at)),
+        );
+    }
+    match (&row.replay_claim_owner, row.replay_claim_expires_at) {
+        (Some(owner), Some(until)) if until > now => (
+            Outcome::NotReplayed,
+            format!(
+                "claimed by {} until {} ({}s left); nothing was published",
+                token_operator(owner),
+                fmt_time(until),
+                (until - now).num_seconds().max(0)
+            ),
+        ),
+        _ => (
+            Outcome::NotReplayed,
+            "the claim is not held (it lapsed or was taken over); nothing was published".into(),
+        ),
+    }
+}
+
+/// The protocol for a batch of items. Returns one report per item, in input order.
+pub async fn replay(
+    store: &dyn Store,
+    broker: &mut Broker,
+    items: &[Item],
+    opts: &ReplayOptions,
+    interrupted: &AtomicBool,
+) -> Result<Vec<ItemReport>> {
+    let mut reports: HashMap<String, ItemReport> = HashMap::new();
+    let mut history: Vec<NewHistory> = Vec::new();
+    let ids: Vec<String> = items.iter().map(|i| i.id.clone()).collect();
+    let report = |id: &str, outcome: Outcome, detail: String| ItemReport {
+        id: id.to_string(),
+        outcome,
+        detail,
+        event_id: None,
+        target: None,
+        plan_id: opts.plan_id.clone(),
+    };
+
+    // 1. Claim: one conditional UPDATE on the database clock (or verify an earlier claim).
+    let (token, mut mine): (String, Vec<String>) = match &opts.token {
+        Some(t) => (t.clone(), store.live_leases(&ids, t).await?),
+        None => {
+            let t = new_token(&opts.operator);
+            let claimed = store.claim(&ids, &t, opts.lease).await?;
+            (t, claimed.into_iter().map(|(id, _)| id).collect())
+        }
+    };
+    let unavailable: Vec<String> = ids.iter().filter(|id| !mine.contains(id)).cloned().collect();
+    if !unavailable.is_empty() {
+        let now = store.now().await?;
+        let found: HashMap<String, Summary> = store
+            .summaries(&unavailable)
+            .await?
+            .into_iter()
+            .map(|s| (s.id.clone(), s))
+            .collect();
+        for id in &unavailable {
+            let (outcome, mut detail) = match found.get(id) {
+                None => (Outcome::NotFound, format!("no dead letter with id {id:?}")),
+                Some(row) => explain_unavailable(row, now),
+            };
+            if opts.token.is_some() && found.contains_key(id) {
+                detail = format!("the token does not hold a live lease on it: {detail}");
+            }
+            if outcome != Outcome::NotFound {
+                history.push(entry(opts, id, "replay", outcome, &detail, &token, None));
+            }
+            reports.insert(id.clone(), report(id, outcome, detail));
+        }
+    }
+    if opts.token.is_none() {
+        for id in &mine {
+            history.push(entry(opts, id, "claim", Outcome::Claimed, &format!("lease {}", humantime::format_duration(opts.lease)), &token, None));
+        }
+    }
+
+    // 2. Check what was claimed: the reviewed body, a target.
+    let rows: HashMap<String, DeadLetter> = store
+        .load(&mine)
+        .await?
+        .into_iter()
+        .map(|r| (r.summary.id.clone(), r))
+        .collect();
+    let mut to_release: Vec<(String, Outcome, String)> = Vec::new();
+    let mut ready: Vec<(&DeadLetter, Target)> = Vec::new();
+    for item in items.iter().filter(|i| mine.contains(&i.id)) {
+        let Some(row) = rows.get(&item.id) else { continue };
+        let sha = sha256_hex(&row.body);
+        match (&item.expected_sha256, resolve_target(&row.summary, opts)) {
+            (Some(expected), _) if !expected.eq_ignore_ascii_case(&sha) => to_release.push((
+                item.id.clone(),
+                Outcome::NotReplayed,
+                format!("the stored body's sha256 is {sha}, not the reviewed {expected}; nothing was published"),
+            )),
+            (_, None) => to_release.push((
+                item.id.clone(),
+                Outcome::NotReplayed,
+                "no target: the row has no exchange, routing key or source queue; give --routing-key".into(),
+            )),
+            (_, Some(target)) => ready.push((row, target)),
+        }
+    }
+
+    // 3. Just before publishing: stop if asked to, and re-check that the lease is live.
+    if interrupted.load(Ordering::SeqCst) {
+        for (row, _) in ready.drain(..) {
+            to_release.push((row.summary.id.clone(), Outcome::Interrupted, "interrupted before publishing; nothing was published".into()));
+        }
+    }
+    if !ready.is_empty() {
+        let ready_ids: Vec<String> = ready.iter().map(|(r, _)| r.summary.id.clone()).collect();
+        let live = store.live_leases(&ready_ids, &token).await?;
+        ready.retain(|(row, _)| {
+            let ok = live.contains(&row.summary.id);
+            if !ok {
+                let detail = "the lease lapsed before publishing; nothing was published".to_string();
+                history.push(entry(opts, &row.summary.id, "replay", Outcome::NotReplayed, &detail, &token, None));
+                reports.insert(row.summary.id.clone(), report(&row.summary.id, Outcome::NotReplayed, detail));
+            }
+            ok
+        });
+    }
+    for (id, outcome, detail) in &to_release {
+        store.release(std::slice::from_ref(id), &token, Some(detail)).await?;
+        history.push(entry(opts, id, "release", outcome.to_owned(), detail, &token, None));
+        reports.insert(id.clone(), report(id, *outcome, detail.clone()));
+    }
+    mine.retain(|id| ready.iter().any(|(r, _)| &r.summary.id == id));
+
+    // 4. Publish (mandatory, persistent) and wait for every confirm, bounded.
+    let mut results: Vec<(&DeadLetter, Target, PublishResult)> = Vec::new();
+    if !ready.is_empty() {
+        match broker.publisher().await {
+            Err(why) => {
+                for (row, target) in ready {
+                    let why = format!("{why}; nothing was published");
+                    results.push((row, target, PublishResult::Failed(why)));
+                }
+            }
+            Ok(_) => {
+                let mut pending = Vec::with_capacity(ready.len());
+                for (row, target) in ready {
+                    if let Some(pacer) = broker.pacer.as_mut() {
+                        pacer.tick().await;
+                    }
+                    let p = broker.publisher.as_ref().expect("connected above");
+                    let sent = p.send(&target, &build_message(row, &opts.operator)).await;
+                    pending.push((row, target, sent));
+                }
+                let p = broker.publisher.as_ref().expect("connected above");
+                let deadline = Instant::now() + p.confirm_timeout();
+                for (row, target, sent) in pending {
+                    let result = p.settle(sent, deadline).await;
+                    results.push((row, target, result));
+                }
+            }
+        }
+    }
+
+    // 5. Mark what the broker confirmed; release what certainly failed; keep the claim
+    //    on what is unknown.
+    let confirmed: Vec<String> = results
+        .iter()
+        .filter(|(_, _, r)| *r == PublishResult::Confirmed)
+        .map(|(row, _, _)| row.summary.id.clone())
+        .collect();
+    let marked: std::result::Result<Vec<String>, String> = if confirmed.is_empty() {
+        Ok(Vec::new())
+    } else {
+        store.mark_replayed(&confirmed, &token).await.map_err(|e| e.to_string())
+    };
+    for (row, target, result) in results {
+        let id = row.summary.id.clone();
+        let (outcome, detail) = match result {
+            PublishResult::Confirmed => match &marked {
+                Ok(m) if m.contains(&id) => (
+                    Outcome::Replayed,
+                    format!("published to {target}, confirmed by the broker, marked replayed"),
+                ),
+                Ok(_) => (
+                    Outcome::Uncertain,
+                    format!("published to {target} and confirmed, but the lease lapsed before it could be marked replayed: it WAS published; check before replaying again"),
+                ),
+                Err(e) => (
+                    Outcome::Uncertain,
+                    format!("published to {target} and confirmed, but marking it replayed failed ({e}): it WAS published; check before replaying again"),
+                ),
+            },
+            PublishResult::Failed(why) => {
+                let released = store.release(std::slice::from_ref(&id), &token, Some(&why)).await;
+                let note = match released {
+                    Ok(r) if !r.is_empty() => "claim released",
+                    Ok(_) => "the claim had already lapsed",
+                    Err(_) => "the claim could not be released (database unreachable) and lapses with its lease",
+                };
+                (Outcome::PublishFailed, format!("{why}; {note}"))
+            }
+            PublishResult::Uncertain(why) => {
+                let detail = format!("{why}; the claim is kept until its lease lapses: check the consumers' receipts for event {} before acting again", row.summary.event_id.as_deref().unwrap_or("(unknown)"));
+                let _ = store.note_uncertain(std::slice::from_ref(&id), &token, &detail).await;
+                (Outcome::Uncertain, detail)
+            }
+        };
+        history.push(entry(opts, &id, "replay", outcome, &detail, &token, Some(target.to_string())));
+        let mut r = report(&id, outcome, detail);
+        r.event_id = row.summary.event_id.clone();
+        r.target = Some(target.to_string());
+        reports.insert(id, r);
+    }
+
+    if let Err(e) = store.append_history(&history).await {
+        tracing::warn!("could not record the history of this replay: {e}");
+    }
+    Ok(ids
+        .iter()
+        .filter_map(|id| reports.remove(id))
+        .collect())
+}
+
+fn entry(
+    opts: &ReplayOptions,
+    id: &str,
+    action: &'static str,
+    outcome: Outcome,
+    detail: &str,
+    token: &str,
+    target: Option<String>,
+) -> NewHistory {
+    NewHistory {
+        dead_letter_id: id.to_string(),
+        operator: opts.operator.clone(),
+        action,
+        outcome,
+        detail: detail.to_string(),
+        token: Some(token.to_string()),
+        target,
+        plan_id: opts.plan_id.clone(),
+    }
+}

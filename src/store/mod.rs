@@ -1,0 +1,257 @@
+//! The dead-letter store: one trait, a PostgreSQL and a SQLite implementation.
+//!
+//! Each backend keeps all of its SQL in its own file. Rules that must hold on both:
+//! - every time comparison uses the database's clock (`now()` / the SQLite expression in
+//!   [`sqlite::NOW_MS`]), never the client's, so two operators on two laptops agree on
+//!   whether a lease is live;
+//! - every write that moves a row through replay is one conditional UPDATE guarded by the
+//!   caller's claim token, so a stale token can neither mark nor release;
+//! - reads never touch `body` except where the body is the point (`show`, `plan`, replay).
+
+pub mod postgres;
+pub mod sqlite;
+
+use crate::error::{DlqError, Result};
+use crate::model::{DeadLetter, Dimension, Filter, Group, HistoryEntry, NewHistory, Summary};
+use crate::secret::{scrub, SecretUrl};
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use std::time::Duration;
+
+/// A row to insert with `dlq import` (or by tests and benchmarks).
+#[derive(Debug, Clone, Default)]
+pub struct NewDeadLetter {
+    /// Line of the import file, for error messages.
+    pub line: usize,
+    pub id: String,
+    pub body: Vec<u8>,
+    pub reason: String,
+    pub attempts: i64,
+    pub headers_json: String,
+    pub replayed_at: Option<DateTime<Utc>>,
+    pub replay_claim_owner: Option<String>,
+    pub replay_claim_expires_at: Option<DateTime<Utc>>,
+    pub last_replay_error: Option<String>,
+    pub event_id: Option<String>,
+    pub error: Option<String>,
+    pub producer: Option<String>,
+    pub schema_version: Option<String>,
+    pub source_queue: Option<String>,
+    pub exchange: Option<String>,
+    pub routing_key: Option<String>,
+    pub dead_lettered_at: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct ImportReport {
+    pub imported: u64,
+    pub skipped_existing: u64,
+}
+
+/// A row selected for a plan: its identity and body hash.
+#[derive(Debug, Clone)]
+pub struct PlanCandidate {
+    pub id: String,
+    pub reason: String,
+    pub producer: Option<String>,
+    pub schema_version: Option<String>,
+    pub sha256: String,
+}
+
+/// How to connect. Timeouts bound every wait on the database.
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    pub connect_timeout: Duration,
+    pub statement_timeout: Duration,
+    pub lock_timeout: Duration,
+    /// SQLite: how long a writer waits for another writer's lock.
+    pub busy_timeout: Duration,
+    /// SQLite: create the file (only `dlq migrate` does).
+    pub create: bool,
+    pub max_connections: u32,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            connect_timeout: Duration::from_secs(10),
+            statement_timeout: Duration::from_secs(30),
+            lock_timeout: Duration::from_secs(10),
+            busy_timeout: Duration::from_secs(5),
+            create: false,
+            max_connections: 8,
+        }
+    }
+}
+
+#[async_trait]
+pub trait Store: Send + Sync {
+    /// Applies the embedded migrations; returns the descriptions of those applied now.
+    async fn migrate(&self) -> Result<Vec<String>>;
+    /// Fails with [`DlqError::SchemaMissing`] unless `dlq migrate` has run.
+    async fn check_schema(&self) -> Result<()>;
+    /// The database's clock.
+    async fn now(&self) -> Result<DateTime<Utc>>;
+
+    /// Newest first, at most `limit`; also the number of rows matching.
+    async fn list(&self, filter: &Filter, limit: i64) -> Result<(Vec<Summary>, i64)>;
+    async fn aggregate(&self, dims: &[Dimension], filter: &Filter) -> Result<Vec<Group>>;
+    /// Whole rows, body included, in no particular order; unknown IDs are absent.
+    async fn load(&self, ids: &[String]) -> Result<Vec<DeadLetter>>;
+    async fn get(&self, id: &str) -> Result<Option<DeadLetter>> {
+        Ok(self.load(&[id.to_string()]).await?.pop())
+    }
+    async fn summaries(&self, ids: &[String]) -> Result<Vec<Summary>>;
+    async fn history(&self, id: &str) -> Result<Vec<HistoryEntry>>;
+    /// All rows or none, in one transaction.
+    async fn import(&self, rows: Vec<NewDeadLetter>, skip_existing: bool) -> Result<ImportReport>;
+    /// Rows matching the filter, newest first, with body hashes, for `dlq plan`.
+    async fn plan_candidates(&self, filter: &Filter, limit: i64) -> Result<Vec<PlanCandidate>>;
+
+    /// Protocol step 1: claims each row that exists, is not replayed and has no live
+    /// lease. Returns the claimed IDs with their lease end.
+    async fn claim(
+        &self,
+        ids: &[String],
+        token: &str,
+        lease: Duration,
+    ) -> Result<Vec<(String, DateTime<Utc>)>>;
+    /// Of `ids`, those on which `token` still holds a live lease.
+    async fn live_leases(&self, ids: &[String], token: &str) -> Result<Vec<String>>;
+    /// Protocol step 3: marks replayed where `token` holds a live lease. Returns marked IDs.
+    async fn mark_replayed(&self, ids: &[String], token: &str) -> Result<Vec<String>>;
+    /// Protocol step 4: clears the lease where `token` holds a live one; records `error`
+    /// when given. Returns released IDs.
+    async fn release(&self, ids: &[String], token: &str, error: Option<&str>)
+        -> Result<Vec<String>>;
+    /// Protocol step 5: records why the outcome is unknown, keeping the claim.
+    async fn note_uncertain(&self, ids: &[String], token: &str, error: &str) -> Result<()>;
+    async fn append_history(&self, entries: &[NewHistory]) -> Result<()>;
+    /// Dead letters with one of these event IDs, dead-lettered after `since`: the
+    /// replayed event failed again. Returns (id, event_id).
+    async fn dead_lettered_again(
+        &self,
+        event_ids: &[String],
+        since: DateTime<Utc>,
+    ) -> Result<Vec<(String, String)>>;
+    async fn close(&self);
+}
+
+/// Opens the store named by the URL's scheme: `postgres://`, `postgresql://` or `sqlite:`.
+pub async fn open(url: &SecretUrl, opts: &StoreOptions) -> Result<Box<dyn Store>> {
+    match url.scheme() {
+        "postgres" | "postgresql" => Ok(Box::new(postgres::PgStore::connect(url, opts).await?)),
+        s if s.starts_with("sqlite") => Ok(Box::new(sqlite::SqliteStore::connect(url, opts).await?)),
+        _ => Err(DlqError::usage(format!(
+            "unsupported database URL {url}: expected postgres://..., postgresql://... or sqlite://FILE"
+        ))),
+    }
+}
+
+/// Turns a driver error into one line an operator can act on, without secrets.
+pub(crate) fn db_error(e: sqlx::Error) -> DlqError {
+    if let Some(dbe) = e.as_database_error() {
+        let code = dbe.code().map(|c| c.into_owned()).unwrap_or_default();
+        let msg = dbe.message().to_string();
+        // PostgreSQL undefined_table / undefined_column; SQLite's plain text.
+        if code == "42P01"
+            || code == "42703"
+            || msg.contains("no such table")
+            || msg.contains("no such column")
+        {
+            return DlqError::SchemaMissing(scrub(&msg));
+        }
+        if code == "5" || code == "517" || msg.contains("database is locked") {
+            return DlqError::Busy(Duration::from_secs(0));
+        }
+        if code == "57014" {
+            return DlqError::other(format!("database: statement timed out ({})", scrub(&msg)));
+        }
+        if code == "55P03" {
+            return DlqError::other(format!("database: lock wait timed out ({})", scrub(&msg)));
+        }
+        return DlqError::other(format!("database: {}", scrub(&msg)));
+    }
+    match e {
+        sqlx::Error::PoolTimedOut => {
+            DlqError::other("database: timed out connecting (is it reachable?)")
+        }
+        other => DlqError::other(format!("database: {}", scrub(&other.to_string()))),
+    }
+}
+
+/// Appends the filter's WHERE conditions to a query builder. `$now` is the dialect's SQL
+/// for the database clock, `$ts` converts a time to the dialect's bind type.
+macro_rules! push_filter {
+    ($qb:expr, $f:expr, $now:expr, $ts:expr) => {{
+        let f: &$crate::model::Filter = $f;
+        $qb.push(" WHERE 1=1");
+        for (col, val) in [
+            ("reason", &f.reason),
+            ("eff_producer", &f.producer),
+            ("eff_schema_version", &f.schema_version),
+            ("source_queue", &f.source_queue),
+        ] {
+            match val.as_deref() {
+                None => {}
+                Some($crate::model::UNKNOWN) if col != "reason" => {
+                    $qb.push(format!(" AND {col} IS NULL"));
+                }
+                Some(v) => {
+                    $qb.push(format!(" AND {col} = "));
+                    $qb.push_bind(v.to_string());
+                }
+            }
+        }
+        if let Some(t) = f.since {
+            $qb.push(" AND dead_lettered_at >= ");
+            $qb.push_bind($ts(t));
+        }
+        if let Some(t) = f.until {
+            $qb.push(" AND dead_lettered_at < ");
+            $qb.push_bind($ts(t));
+        }
+        match f.state {
+            $crate::model::StateFilter::All => {}
+            $crate::model::StateFilter::Replayed => {
+                $qb.push(" AND replayed_at IS NOT NULL");
+            }
+            $crate::model::StateFilter::Claimed => {
+                $qb.push(format!(
+                    " AND replayed_at IS NULL AND replay_claim_expires_at > {}",
+                    $now
+                ));
+            }
+            $crate::model::StateFilter::Pending => {
+                $qb.push(format!(
+                    " AND replayed_at IS NULL AND (replay_claim_expires_at IS NULL OR replay_claim_expires_at <= {})",
+                    $now
+                ));
+            }
+        }
+    }};
+}
+pub(crate) use push_filter;
+
+/// The SELECT list of a [`Summary`], shared by both backends (`$now` as above).
+pub(crate) fn summary_columns(now: &str) -> String {
+    format!(
+        "id, reason, attempts, replayed_at, replay_claim_owner, replay_claim_expires_at, \
+         last_replay_error, eff_event_id, error, eff_producer, eff_schema_version, source_queue, \
+         exchange, routing_key, dead_lettered_at, \
+         CASE WHEN replayed_at IS NOT NULL THEN 'replayed' \
+              WHEN replay_claim_expires_at > {now} THEN 'claimed' ELSE 'pending' END AS state"
+    )
+}
+
+/// The SQL expression of an aggregate dimension; `bucket` renders hour/day buckets.
+pub(crate) fn dimension_expr(d: Dimension, bucket: impl Fn(&str) -> String) -> String {
+    match d {
+        Dimension::Reason => "reason".into(),
+        Dimension::Producer => "eff_producer".into(),
+        Dimension::SchemaVersion => "eff_schema_version".into(),
+        Dimension::SourceQueue => "source_queue".into(),
+        Dimension::Hour => bucket("hour"),
+        Dimension::Day => bucket("day"),
+    }
+}

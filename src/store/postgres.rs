@@ -1,0 +1,464 @@
+//! PostgreSQL: all of its SQL. Times are `timestamptz`; the clock is `now()`.
+
+use super::{
+    db_error, dimension_expr, push_filter, summary_columns, ImportReport, NewDeadLetter,
+    PlanCandidate, Store, StoreOptions,
+};
+use crate::error::{DlqError, Result};
+use crate::model::{
+    sha256_hex, DeadLetter, Dimension, Filter, Group, GroupKey, HistoryEntry, NewHistory, State,
+    Summary,
+};
+use crate::secret::SecretUrl;
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use futures_util::TryStreamExt;
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
+use sqlx::{QueryBuilder, Row};
+use std::str::FromStr;
+use std::time::Duration;
+
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/postgres");
+
+const NOW: &str = "now()";
+
+pub struct PgStore {
+    pool: PgPool,
+}
+
+fn ms(d: Duration) -> String {
+    format!("{}ms", d.as_millis().max(1))
+}
+
+impl PgStore {
+    pub async fn connect(url: &SecretUrl, opts: &StoreOptions) -> Result<Self> {
+        let options = PgConnectOptions::from_str(url.expose())
+            .map_err(|e| {
+                DlqError::usage(format!(
+                    "invalid PostgreSQL URL {url}: {}",
+                    crate::secret::scrub(&e.to_string())
+                ))
+            })?
+            .application_name("dlq")
+            .options([
+                ("statement_timeout", ms(opts.statement_timeout)),
+                ("lock_timeout", ms(opts.lock_timeout)),
+                ("TimeZone", "UTC".to_string()),
+            ]);
+        let pool = PgPoolOptions::new()
+            .max_connections(opts.max_connections)
+            .acquire_timeout(opts.connect_timeout)
+            .connect_with(options)
+            .await
+            .map_err(db_error)?;
+        Ok(PgStore { pool })
+    }
+
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+}
+
+fn summary(row: &PgRow) -> std::result::Result<Summary, sqlx::Error> {
+    Ok(Summary {
+        id: row.try_get(0)?,
+        reason: row.try_get(1)?,
+        attempts: row.try_get::<i32, _>(2)? as i64,
+        replayed_at: row.try_get(3)?,
+        replay_claim_owner: row.try_get(4)?,
+        replay_claim_expires_at: row.try_get(5)?,
+        last_replay_error: row.try_get(6)?,
+        event_id: row.try_get(7)?,
+        error: row.try_get(8)?,
+        producer: row.try_get(9)?,
+        schema_version: row.try_get(10)?,
+        source_queue: row.try_get(11)?,
+        exchange: row.try_get(12)?,
+        routing_key: row.try_get(13)?,
+        dead_lettered_at: row.try_get(14)?,
+        state: State::parse(row.try_get::<&str, _>(15)?),
+    })
+}
+
+#[async_trait]
+impl Store for PgStore {
+    async fn migrate(&self) -> Result<Vec<String>> {
+        let applied: Vec<i64> = match sqlx::query_scalar("SELECT version FROM _sqlx_migrations")
+            .fetch_all(&self.pool)
+            .await
+        {
+            Ok(v) => v,
+            Err(_) => Vec::new(),
+        };
+        MIGRATOR.run(&self.pool).await.map_err(|e| {
+            DlqError::other(format!(
+                "migration failed: {}",
+                crate::secret::scrub(&e.to_string())
+            ))
+        })?;
+        Ok(MIGRATOR
+            .iter()
+            .filter(|m| !applied.contains(&m.version))
+            .map(|m| format!("{} {}", m.version, m.description))
+            .collect())
+    }
+
+    async fn check_schema(&self) -> Result<()> {
+        sqlx::query("SELECT eff_producer FROM dead_letters LIMIT 0")
+            .execute(&self.pool)
+            .await
+            .map_err(db_error)?;
+        sqlx::query("SELECT seq FROM dead_letter_history LIMIT 0")
+            .execute(&self.pool)
+            .await
+            .map_err(db_error)?;
+        Ok(())
+    }
+
+    async fn now(&self) -> Result<DateTime<Utc>> {
+        sqlx::query_scalar("SELECT now()")
+            .fetch_one(&self.pool)
+            .await
+            .map_err(db_error)
+    }
+
+    async fn list(&self, filter: &Filter, limit: i64) -> Result<(Vec<Summary>, i64)> {
+        let mut qb = QueryBuilder::new(format!("SELECT {} FROM dead_letters", summary_columns(NOW)));
+        push_filter!(qb, filter, NOW, |t: DateTime<Utc>| t);
+        qb.push(" ORDER BY dead_lettered_at DESC, id LIMIT ");
+        qb.push_bind(limit);
+        let rows = qb.build().fetch_all(&self.pool).await.map_err(db_error)?;
+        let items = rows.iter().map(summary).collect::<Result<Vec<_>, _>>().map_err(db_error)?;
+        let total = if (items.len() as i64) < limit {
+            items.len() as i64
+        } else {
+            let mut qb = QueryBuilder::new("SELECT count(*) FROM dead_letters");
+            push_filter!(qb, filter, NOW, |t: DateTime<Utc>| t);
+            qb.build_query_scalar::<i64>()
+                .fetch_one(&self.pool)
+                .await
+                .map_err(db_error)?
+        };
+        Ok((items, total))
+    }
+
+    async fn aggregate(&self, dims: &[Dimension], filter: &Filter) -> Result<Vec<Group>> {
+        let exprs: Vec<String> = dims
+            .iter()
+            .map(|d| dimension_expr(*d, |unit| format!("date_trunc('{unit}', dead_lettered_at)")))
+            .collect();
+        let n = dims.len();
+        let mut qb = QueryBuilder::new(format!(
+            "SELECT {}, count(*), \
+             count(*) FILTER (WHERE replayed_at IS NULL AND (replay_claim_expires_at IS NULL OR replay_claim_expires_at <= {NOW})), \
+             count(*) FILTER (WHERE replayed_at IS NULL AND replay_claim_expires_at > {NOW}), \
+             count(*) FILTER (WHERE replayed_at IS NOT NULL), \
+             min(dead_lettered_at), max(dead_lettered_at) FROM dead_letters",
+            exprs.join(", ")
+        ));
+        push_filter!(qb, filter, NOW, |t: DateTime<Utc>| t);
+        let positions: Vec<String> = (1..=n).map(|i| i.to_string()).collect();
+        qb.push(format!(
+            " GROUP BY {} ORDER BY {} DESC, {}",
+            positions.join(", "),
+            n + 1,
+            positions.join(", ")
+        ));
+        let rows = qb.build().fetch_all(&self.pool).await.map_err(db_error)?;
+        rows.iter()
+            .map(|row| {
+                let keys = dims
+                    .iter()
+                    .enumerate()
+                    .map(|(i, d)| {
+                        Ok((
+                            *d,
+                            if d.is_time() {
+                                GroupKey::Time(row.try_get(i)?)
+                            } else {
+                                GroupKey::Text(row.try_get(i)?)
+                            },
+                        ))
+                    })
+                    .collect::<Result<Vec<_>, sqlx::Error>>()?;
+                Ok(Group {
+                    keys,
+                    count: row.try_get(n)?,
+                    pending: row.try_get(n + 1)?,
+                    claimed: row.try_get(n + 2)?,
+                    replayed: row.try_get(n + 3)?,
+                    first_seen: row.try_get(n + 4)?,
+                    last_seen: row.try_get(n + 5)?,
+                })
+            })
+            .collect::<Result<Vec<_>, sqlx::Error>>()
+            .map_err(db_error)
+    }
+
+    async fn load(&self, ids: &[String]) -> Result<Vec<DeadLetter>> {
+        let rows = sqlx::query(&format!(
+            "SELECT {}, headers_json, body, now() FROM dead_letters WHERE id = ANY($1)",
+            summary_columns(NOW)
+        ))
+        .bind(ids)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db_error)?;
+        rows.iter()
+            .map(|row| {
+                Ok(DeadLetter {
+                    summary: summary(row)?,
+                    headers_json: row.try_get(16)?,
+                    body: row.try_get(17)?,
+                    db_now: row.try_get(18)?,
+                })
+            })
+            .collect::<Result<_, sqlx::Error>>()
+            .map_err(db_error)
+    }
+
+    async fn summaries(&self, ids: &[String]) -> Result<Vec<Summary>> {
+        let rows = sqlx::query(&format!(
+            "SELECT {} FROM dead_letters WHERE id = ANY($1)",
+            summary_columns(NOW)
+        ))
+        .bind(ids)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db_error)?;
+        rows.iter().map(summary).collect::<Result<_, _>>().map_err(db_error)
+    }
+
+    async fn history(&self, id: &str) -> Result<Vec<HistoryEntry>> {
+        let rows = sqlx::query(
+            "SELECT at, operator, action, outcome, detail, target, plan_id \
+             FROM dead_letter_history WHERE dead_letter_id = $1 ORDER BY seq",
+        )
+        .bind(id)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db_error)?;
+        rows.iter()
+            .map(|r| {
+                Ok(HistoryEntry {
+                    at: r.try_get(0)?,
+                    operator: r.try_get(1)?,
+                    action: r.try_get(2)?,
+                    outcome: r.try_get(3)?,
+                    detail: r.try_get(4)?,
+                    target: r.try_get(5)?,
+                    plan_id: r.try_get(6)?,
+                })
+            })
+            .collect::<Result<_, sqlx::Error>>()
+            .map_err(db_error)
+    }
+
+    async fn import(&self, rows: Vec<NewDeadLetter>, skip_existing: bool) -> Result<ImportReport> {
+        let mut tx = self.pool.begin().await.map_err(db_error)?;
+        let mut report = ImportReport::default();
+        for r in rows {
+            let sql = format!(
+                "INSERT INTO dead_letters (id, body, reason, attempts, headers_json, replayed_at, \
+                 replay_claim_owner, replay_claim_expires_at, last_replay_error, event_id, error, \
+                 producer, schema_version, source_queue, exchange, routing_key, dead_lettered_at) \
+                 VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,COALESCE($17, now())){}",
+                if skip_existing { " ON CONFLICT (id) DO NOTHING" } else { "" }
+            );
+            let attempts = i32::try_from(r.attempts).map_err(|_| {
+                DlqError::usage(format!("line {}: field attempts: {} is out of range", r.line, r.attempts))
+            })?;
+            let res = sqlx::query(&sql)
+                .bind(&r.id)
+                .bind(&r.body)
+                .bind(&r.reason)
+                .bind(attempts)
+                .bind(&r.headers_json)
+                .bind(r.replayed_at)
+                .bind(&r.replay_claim_owner)
+                .bind(r.replay_claim_expires_at)
+                .bind(&r.last_replay_error)
+                .bind(&r.event_id)
+                .bind(&r.error)
+                .bind(&r.producer)
+                .bind(&r.schema_version)
+                .bind(&r.source_queue)
+                .bind(&r.exchange)
+                .bind(&r.routing_key)
+                .bind(r.dead_lettered_at)
+                .execute(&mut *tx)
+                .await;
+            match res {
+                Ok(done) if done.rows_affected() == 0 => report.skipped_existing += 1,
+                Ok(_) => report.imported += 1,
+                Err(e) if e.as_database_error().and_then(|d| d.code()).as_deref() == Some("23505") => {
+                    return Err(DlqError::usage(format!(
+                        "line {}: field id: a dead letter with id {:?} already exists (nothing was imported; use --skip-existing to keep the existing rows)",
+                        r.line, r.id
+                    )));
+                }
+                Err(e) => {
+                    return Err(DlqError::other(format!(
+                        "line {}: {} (nothing was imported)",
+                        r.line,
+                        db_error(e)
+                    )))
+                }
+            }
+        }
+        tx.commit().await.map_err(db_error)?;
+        Ok(report)
+    }
+
+    async fn plan_candidates(&self, filter: &Filter, limit: i64) -> Result<Vec<PlanCandidate>> {
+        let mut qb = QueryBuilder::new(
+            "SELECT id, reason, eff_producer, eff_schema_version, body FROM dead_letters",
+        );
+        push_filter!(qb, filter, NOW, |t: DateTime<Utc>| t);
+        qb.push(" ORDER BY dead_lettered_at, id LIMIT ");
+        qb.push_bind(limit);
+        let q = qb.build();
+        let mut stream = q.fetch(&self.pool);
+        let mut out = Vec::new();
+        while let Some(row) = stream.try_next().await.map_err(db_error)? {
+            let body: &[u8] = row.try_get(4).map_err(db_error)?;
+            out.push(PlanCandidate {
+                id: row.try_get(0).map_err(db_error)?,
+                reason: row.try_get(1).map_err(db_error)?,
+                producer: row.try_get(2).map_err(db_error)?,
+                schema_version: row.try_get(3).map_err(db_error)?,
+                sha256: sha256_hex(body),
+            });
+        }
+        Ok(out)
+    }
+
+    async fn claim(
+        &self,
+        ids: &[String],
+        token: &str,
+        lease: Duration,
+    ) -> Result<Vec<(String, DateTime<Utc>)>> {
+        sqlx::query_as(
+            "UPDATE dead_letters \
+             SET replay_claim_owner = $2, \
+                 replay_claim_expires_at = now() + make_interval(secs => $3::float8 / 1000.0) \
+             WHERE id = ANY($1) AND replayed_at IS NULL \
+               AND (replay_claim_expires_at IS NULL OR replay_claim_expires_at <= now()) \
+             RETURNING id, replay_claim_expires_at",
+        )
+        .bind(ids)
+        .bind(token)
+        .bind(lease.as_millis() as i64)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db_error)
+    }
+
+    async fn live_leases(&self, ids: &[String], token: &str) -> Result<Vec<String>> {
+        sqlx::query_scalar(
+            "SELECT id FROM dead_letters WHERE id = ANY($1) AND replay_claim_owner = $2 \
+             AND replayed_at IS NULL AND replay_claim_expires_at > now()",
+        )
+        .bind(ids)
+        .bind(token)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db_error)
+    }
+
+    async fn mark_replayed(&self, ids: &[String], token: &str) -> Result<Vec<String>> {
+        sqlx::query_scalar(
+            "UPDATE dead_letters SET replayed_at = now(), replay_claim_expires_at = NULL, \
+                 last_replay_error = NULL \
+             WHERE id = ANY($1) AND replay_claim_owner = $2 AND replayed_at IS NULL \
+               AND replay_claim_expires_at > now() \
+             RETURNING id",
+        )
+        .bind(ids)
+        .bind(token)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db_error)
+    }
+
+    async fn release(
+        &self,
+        ids: &[String],
+        token: &str,
+        error: Option<&str>,
+    ) -> Result<Vec<String>> {
+        sqlx::query_scalar(
+            "UPDATE dead_letters SET replay_claim_owner = NULL, replay_claim_expires_at = NULL, \
+                 last_replay_error = COALESCE($3, last_replay_error) \
+             WHERE id = ANY($1) AND replay_claim_owner = $2 AND replayed_at IS NULL \
+               AND replay_claim_expires_at > now() \
+             RETURNING id",
+        )
+        .bind(ids)
+        .bind(token)
+        .bind(error)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db_error)
+    }
+
+    async fn note_uncertain(&self, ids: &[String], token: &str, error: &str) -> Result<()> {
+        sqlx::query(
+            "UPDATE dead_letters SET last_replay_error = $3 \
+             WHERE id = ANY($1) AND replay_claim_owner = $2 AND replayed_at IS NULL",
+        )
+        .bind(ids)
+        .bind(token)
+        .bind(error)
+        .execute(&self.pool)
+        .await
+        .map_err(db_error)?;
+        Ok(())
+    }
+
+    async fn append_history(&self, entries: &[NewHistory]) -> Result<()> {
+        if entries.is_empty() {
+            return Ok(());
+        }
+        let mut qb = QueryBuilder::new(
+            "INSERT INTO dead_letter_history \
+             (dead_letter_id, operator, action, outcome, detail, token, target, plan_id) ",
+        );
+        qb.push_values(entries, |mut b, e| {
+            b.push_bind(&e.dead_letter_id)
+                .push_bind(&e.operator)
+                .push_bind(e.action)
+                .push_bind(e.outcome.as_str())
+                .push_bind(&e.detail)
+                .push_bind(&e.token)
+                .push_bind(&e.target)
+                .push_bind(&e.plan_id);
+        });
+        qb.build().execute(&self.pool).await.map_err(db_error)?;
+        Ok(())
+    }
+
+    async fn dead_lettered_again(
+        &self,
+        event_ids: &[String],
+        since: DateTime<Utc>,
+    ) -> Result<Vec<(String, String)>> {
+        if event_ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        sqlx::query_as(
+            "SELECT id, eff_event_id FROM dead_letters \
+             WHERE eff_event_id = ANY($1) AND dead_lettered_at > $2 LIMIT 10",
+        )
+        .bind(event_ids)
+        .bind(since)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db_error)
+    }
+
+    async fn close(&self) {
+        self.pool.close().await;
+    }
+}
