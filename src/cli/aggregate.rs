@@ -1,0 +1,89 @@
+//! `dlq aggregate --by ...`: where the dead letters come from, largest group first.
+
+use super::filters::FilterArgs;
+use super::output::{thousands, time};
+use super::{Ctx, Format};
+use clap::Args;
+use dlq::error::Result;
+use dlq::model::{Dimension, GroupKey, UNKNOWN};
+use serde_json::{Map, Value};
+
+#[derive(Debug, Args)]
+pub struct AggregateArgs {
+    /// Comma list of reason, schema_version, producer, source_queue, hour, day
+    #[arg(long, value_parser = parse_by)]
+    pub by: DimList,
+    #[command(flatten)]
+    pub filters: FilterArgs,
+}
+
+#[derive(Debug, Clone)]
+pub struct DimList(pub Vec<Dimension>);
+
+fn parse_by(s: &str) -> Result<DimList, String> {
+    Dimension::parse_list(s).map(DimList).map_err(|e| e.to_string())
+}
+
+fn key_text(k: &GroupKey) -> String {
+    match k {
+        GroupKey::Text(Some(s)) => s.clone(),
+        GroupKey::Text(None) => UNKNOWN.to_string(),
+        GroupKey::Time(t) => time(*t),
+    }
+}
+
+pub async fn run(ctx: &Ctx, args: AggregateArgs) -> Result<u8> {
+    let store = ctx.store().await?;
+    let filter = args.filters.to_filter(store.now().await?)?;
+    let groups = store.aggregate(&args.by.0, &filter).await?;
+    match ctx.format {
+        Format::Json => {
+            let rows: Vec<Value> = groups
+                .iter()
+                .map(|g| {
+                    let mut m = Map::new();
+                    for (d, k) in &g.keys {
+                        let v = match k {
+                            GroupKey::Text(s) => s.clone().map(Value::String).unwrap_or(Value::Null),
+                            GroupKey::Time(t) => Value::String(time(*t)),
+                        };
+                        m.insert(d.name().into(), v);
+                    }
+                    m.insert("count".into(), g.count.into());
+                    m.insert("pending".into(), g.pending.into());
+                    m.insert("claimed".into(), g.claimed.into());
+                    m.insert("replayed".into(), g.replayed.into());
+                    m.insert("first_seen".into(), time(g.first_seen).into());
+                    m.insert("last_seen".into(), time(g.last_seen).into());
+                    Value::Object(m)
+                })
+                .collect();
+            ctx.out.json(&rows);
+        }
+        Format::Table | Format::Markdown => {
+            let mut header: Vec<String> = args.by.0.iter().map(|d| d.name().to_uppercase()).collect();
+            header.extend(["COUNT", "PENDING", "CLAIMED", "REPLAYED", "FIRST SEEN", "LAST SEEN"].map(String::from));
+            let rows = groups
+                .iter()
+                .map(|g| {
+                    let mut r: Vec<String> = g.keys.iter().map(|(_, k)| key_text(k)).collect();
+                    r.extend([
+                        thousands(g.count),
+                        thousands(g.pending),
+                        thousands(g.claimed),
+                        thousands(g.replayed),
+                        time(g.first_seen),
+                        time(g.last_seen),
+                    ]);
+                    r
+                })
+                .collect();
+            ctx.out.table(header, rows);
+            if groups.is_empty() {
+                eprintln!("no dead letters match");
+            }
+        }
+    }
+    store.close().await;
+    Ok(dlq::exit::OK)
+}

@@ -1,0 +1,63 @@
+//! The filters shared by `list`, `aggregate` and `plan`.
+
+use clap::Args;
+use dlq::error::Result;
+use dlq::model::{validate_filter_value, Filter, StateFilter};
+use dlq::timeparse::{parse_time, time_arg};
+
+#[derive(Debug, Args, Clone)]
+pub struct FilterArgs {
+    /// Only this reason (poison_message, permanent_failure, retries_exhausted, ...)
+    #[arg(long)]
+    pub reason: Option<String>,
+    /// Only this producer ("(unknown)" selects rows with none)
+    #[arg(long)]
+    pub producer: Option<String>,
+    /// Only this schema version ("(unknown)" selects rows with none)
+    #[arg(long)]
+    pub schema_version: Option<String>,
+    /// Only dead letters consumed from this queue
+    #[arg(long)]
+    pub source_queue: Option<String>,
+    /// Dead-lettered at or after: RFC 3339, or a duration back from now (30m, 2h, 7d)
+    #[arg(long, value_parser = time_arg)]
+    pub since: Option<String>,
+    /// Dead-lettered before: RFC 3339, or a duration back from now
+    #[arg(long, value_parser = time_arg)]
+    pub until: Option<String>,
+    /// Only rows in this state
+    #[arg(long, value_enum, default_value = "all")]
+    pub state: StateFilter,
+}
+
+impl FilterArgs {
+    /// Validates the values and resolves relative times against `now` (the DB clock).
+    pub fn to_filter(&self, now: chrono::DateTime<chrono::Utc>) -> Result<Filter> {
+        for (name, v) in [
+            ("reason", &self.reason),
+            ("producer", &self.producer),
+            ("schema-version", &self.schema_version),
+            ("source-queue", &self.source_queue),
+        ] {
+            if let Some(v) = v {
+                validate_filter_value(name, v)?;
+            }
+        }
+        let since = self.since.as_deref().map(|s| parse_time(s, now)).transpose()?;
+        let until = self.until.as_deref().map(|s| parse_time(s, now)).transpose()?;
+        if let (Some(s), Some(u)) = (since, until) {
+            if s >= u {
+                return Err(dlq::DlqError::usage("--since must be before --until"));
+            }
+        }
+        Ok(Filter {
+            reason: self.reason.clone(),
+            producer: self.producer.clone(),
+            schema_version: self.schema_version.clone(),
+            source_queue: self.source_queue.clone(),
+            since,
+            until,
+            state: self.state,
+        })
+    }
+}

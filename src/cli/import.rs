@@ -1,0 +1,38 @@
+//! `dlq import FILE|-`: all lines or none.
+
+use super::{Ctx, Format};
+use clap::Args;
+use dlq::error::{DlqError, Result};
+use std::io::BufReader;
+use std::path::PathBuf;
+
+#[derive(Debug, Args)]
+pub struct ImportArgs {
+    /// JSON lines file, or - for stdin
+    pub file: PathBuf,
+    /// Keep rows whose ID already exists instead of failing
+    #[arg(long)]
+    pub skip_existing: bool,
+}
+
+pub async fn run(ctx: &Ctx, args: ImportArgs) -> Result<u8> {
+    let rows = if args.file.as_os_str() == "-" {
+        dlq::import::read_lines(std::io::stdin().lock())?
+    } else {
+        let f = std::fs::File::open(&args.file).map_err(|e| {
+            DlqError::usage(format!("cannot open {}: {e}", args.file.display()))
+        })?;
+        dlq::import::read_lines(BufReader::new(f))?
+    };
+    let store = ctx.store().await?;
+    let report = store.import(rows, args.skip_existing).await?;
+    store.close().await;
+    match ctx.format {
+        Format::Json => ctx.out.json(&report),
+        _ => ctx.out.text(&format!(
+            "imported {} dead letters ({} already there, kept)\n",
+            report.imported, report.skipped_existing
+        )),
+    }
+    Ok(dlq::exit::OK)
+}

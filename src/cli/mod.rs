@@ -1,0 +1,292 @@
+//! Command-line layer: global options, one module per subcommand, and [`output`], the
+//! only module that writes to stdout.
+
+mod aggregate;
+mod claim;
+mod completions;
+mod filters;
+mod import;
+mod list;
+mod migrate;
+mod output;
+mod plan;
+mod release;
+mod replay;
+mod show;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use dlq::error::{DlqError, Result};
+use dlq::secret::{scrub, SecretUrl};
+use dlq::store::{self, Store, StoreOptions};
+use std::io::IsTerminal;
+use std::time::Duration;
+
+pub use output::Out;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "dlq",
+    version,
+    about = "Dead-letter triage and safe replay",
+    long_about = "Dead-letter triage and safe replay.\n\nIsolate what is failing (list, aggregate, show), then replay one reviewed dead letter or a reviewed plan through claim -> publish with confirm -> mark.",
+    after_help = "Exit codes: 0 done, 1 error, 2 usage, 3 not_replayed/not_claimed/not_released, 4 not_found, 5 publish_failed, 6 uncertain, 130 interrupted."
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: GlobalOpts,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    Table,
+    Json,
+    Markdown,
+}
+
+#[derive(Debug, Args)]
+pub struct GlobalOpts {
+    /// Database URL: postgres://USER@HOST/DB or sqlite://FILE
+    #[arg(long, global = true, env = "DLQ_DATABASE_URL", hide_env_values = true, default_value = "sqlite://dlq.db")]
+    pub database_url: String,
+    /// Read the database URL from this file (keeps the password out of the process list)
+    #[arg(long, global = true, env = "DLQ_DATABASE_URL_FILE", conflicts_with = "database_url")]
+    pub database_url_file: Option<std::path::PathBuf>,
+    /// RabbitMQ URL: amqp://USER:PASSWORD@HOST:PORT/VHOST
+    #[arg(long, global = true, env = "DLQ_AMQP_URL", hide_env_values = true, default_value = "amqp://guest:guest@127.0.0.1:5672/%2f")]
+    pub amqp_url: String,
+    /// Read the AMQP URL from this file
+    #[arg(long, global = true, env = "DLQ_AMQP_URL_FILE", conflicts_with = "amqp_url")]
+    pub amqp_url_file: Option<std::path::PathBuf>,
+    /// Who is acting, recorded in history and claim tokens [default: your login name]
+    #[arg(long, global = true, env = "DLQ_OPERATOR")]
+    pub operator: Option<String>,
+    /// Output format [default: table on a terminal, otherwise json]
+    #[arg(short = 'o', long, global = true, env = "DLQ_OUTPUT", value_enum)]
+    pub output: Option<Format>,
+    /// How long to wait to connect to the database or the broker
+    #[arg(long, global = true, env = "DLQ_CONNECT_TIMEOUT", default_value = "5s", value_parser = dlq::timeparse::duration_arg)]
+    pub connect_timeout: Duration,
+    /// Longest a single SQL statement may run (PostgreSQL statement_timeout)
+    #[arg(long, global = true, env = "DLQ_STATEMENT_TIMEOUT", default_value = "30s", value_parser = dlq::timeparse::duration_arg)]
+    pub statement_timeout: Duration,
+    /// How long to wait for a lock (PostgreSQL lock_timeout, SQLite busy timeout)
+    #[arg(long, global = true, env = "DLQ_LOCK_TIMEOUT", default_value = "5s", value_parser = dlq::timeparse::duration_arg)]
+    pub lock_timeout: Duration,
+    /// More logging on stderr (-v: connections and steps, -vv: SQL and broker frames)
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// List dead letters, newest first
+    List(list::ListArgs),
+    /// Count dead letters by reason, schema version, producer, source queue, hour or day
+    Aggregate(aggregate::AggregateArgs),
+    /// Show one dead letter: every column, body, headers, lease and history
+    Show(show::ShowArgs),
+    /// Take a replay lease on one dead letter and print its token
+    Claim(claim::ClaimArgs),
+    /// Give back a lease taken with `claim`
+    Release(release::ReleaseArgs),
+    /// Replay one reviewed dead letter, or a reviewed plan
+    Replay(replay::ReplayArgs),
+    /// Freeze a reviewed, homogeneous selection into a plan (JSON on stdout)
+    Plan(plan::PlanArgs),
+    /// Import dead letters from JSON lines (the shape `show -o json` prints)
+    Import(import::ImportArgs),
+    /// Create or upgrade the schema (safe to run again)
+    Migrate(migrate::MigrateArgs),
+    /// Print shell completions
+    Completions(completions::CompletionsArgs),
+}
+
+/// Everything a subcommand needs, resolved once.
+pub struct Ctx {
+    pub global: GlobalOpts,
+    pub format: Format,
+    pub out: Out,
+}
+
+fn read_url_file(path: &std::path::Path, what: &str) -> Result<String> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        DlqError::usage(format!("cannot read the {what} file {}: {e}", path.display()))
+    })?;
+    Ok(text.trim().to_string())
+}
+
+impl Ctx {
+    pub fn database_url(&self) -> Result<SecretUrl> {
+        let raw = match &self.global.database_url_file {
+            Some(p) => read_url_file(p, "database URL")?,
+            None => self.global.database_url.clone(),
+        };
+        Ok(SecretUrl::new(raw))
+    }
+
+    pub fn amqp_url(&self) -> Result<SecretUrl> {
+        let raw = match &self.global.amqp_url_file {
+            Some(p) => read_url_file(p, "AMQP URL")?,
+            None => self.global.amqp_url.clone(),
+        };
+        let url = SecretUrl::new(raw);
+        dlq::publisher::validate_amqp_url(&url)?;
+        Ok(url)
+    }
+
+    pub fn store_options(&self) -> StoreOptions {
+        StoreOptions {
+            connect_timeout: self.global.connect_timeout,
+            statement_timeout: self.global.statement_timeout,
+            lock_timeout: self.global.lock_timeout,
+            busy_timeout: self.global.lock_timeout,
+            create: false,
+            max_connections: 8,
+        }
+    }
+
+    /// Opens the store and checks that `dlq migrate` has run.
+    pub async fn store(&self) -> Result<Box<dyn Store>> {
+        let url = self.database_url()?;
+        let store = store::open(&url, &self.store_options()).await?;
+        store.check_schema().await?;
+        Ok(store)
+    }
+
+    pub fn operator(&self) -> Result<String> {
+        let op = self
+            .global
+            .operator
+            .clone()
+            .or_else(|| std::env::var("USER").ok())
+            .or_else(|| std::env::var("LOGNAME").ok())
+            .unwrap_or_default();
+        if op.trim().is_empty() {
+            return Err(DlqError::usage(
+                "no operator: pass --operator NAME or set DLQ_OPERATOR (it is recorded in the history)",
+            ));
+        }
+        if op.chars().any(char::is_control) || op.len() > 128 {
+            return Err(DlqError::usage(
+                "the operator name must be at most 128 characters with no control characters",
+            ));
+        }
+        Ok(op.trim().to_string())
+    }
+
+    pub fn interactive(&self) -> bool {
+        std::io::stdin().is_terminal() && std::io::stderr().is_terminal()
+    }
+}
+
+fn init_logging(verbose: u8) {
+    let level = match verbose {
+        0 => "warn,lapin=off,amq_protocol=off",
+        1 => "info,dlq=debug,lapin=warn",
+        _ => "debug,sqlx=debug,lapin=debug",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("DLQ_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(ScrubbedStderr::default)
+        .with_target(verbose > 1)
+        .with_ansi(std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none())
+        .try_init();
+}
+
+/// Log lines pass through [`scrub`] before reaching stderr.
+#[derive(Default)]
+struct ScrubbedStderr {
+    buf: Vec<u8>,
+}
+
+impl std::io::Write for ScrubbedStderr {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.buf.extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Drop for ScrubbedStderr {
+    fn drop(&mut self) {
+        let text = scrub(&String::from_utf8_lossy(&self.buf));
+        let _ = std::io::Write::write_all(&mut std::io::stderr(), text.as_bytes());
+    }
+}
+
+pub fn main() -> u8 {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = e.print();
+            return e.exit_code().clamp(0, 255) as u8;
+        }
+    };
+    // Register the passwords of the configured URLs before anything can print them.
+    let _ = SecretUrl::new(cli.global.database_url.clone());
+    let _ = SecretUrl::new(cli.global.amqp_url.clone());
+    if SecretUrl::new(cli.global.amqp_url.clone()).has_password()
+        && std::env::args().any(|a| a.starts_with("--amqp-url") && !a.starts_with("--amqp-url-file"))
+        && std::env::var("DLQ_AMQP_URL").is_err()
+    {
+        eprintln!("dlq: warning: a password given in --amqp-url is visible to other users of this machine; prefer DLQ_AMQP_URL or --amqp-url-file");
+    }
+    if SecretUrl::new(cli.global.database_url.clone()).has_password()
+        && std::env::args().any(|a| a.starts_with("--database-url") && !a.starts_with("--database-url-file"))
+    {
+        eprintln!("dlq: warning: a password given in --database-url is visible to other users of this machine; prefer DLQ_DATABASE_URL or --database-url-file");
+    }
+    init_logging(cli.global.verbose);
+    let format = cli.global.output.unwrap_or(if std::io::stdout().is_terminal() {
+        Format::Table
+    } else {
+        Format::Json
+    });
+    let ctx = Ctx {
+        global: cli.global,
+        format,
+        out: Out::new(format),
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("dlq: error: cannot start the async runtime: {e}");
+            return dlq::exit::ERROR;
+        }
+    };
+    let result = runtime.block_on(run(&ctx, cli.command));
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            let msg = scrub(&e.to_string()).replace('\n', " ");
+            eprintln!("dlq: error: {msg}");
+            e.exit_code()
+        }
+    }
+}
+
+async fn run(ctx: &Ctx, command: Command) -> Result<u8> {
+    match command {
+        Command::List(a) => list::run(ctx, a).await,
+        Command::Aggregate(a) => aggregate::run(ctx, a).await,
+        Command::Show(a) => show::run(ctx, a).await,
+        Command::Claim(a) => claim::run(ctx, a).await,
+        Command::Release(a) => release::run(ctx, a).await,
+        Command::Replay(a) => replay::run(ctx, a).await,
+        Command::Plan(a) => plan::run(ctx, a).await,
+        Command::Import(a) => import::run(ctx, a).await,
+        Command::Migrate(a) => migrate::run(ctx, a).await,
+        Command::Completions(a) => completions::run(ctx, a),
+    }
+}

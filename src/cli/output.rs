@@ -1,0 +1,97 @@
+//! The only place that writes to stdout. Tables for people, JSON for scripts, Markdown
+//! for incident tickets. A closed pipe (`dlq list | head`) is not an error.
+
+use super::Format;
+use comfy_table::{presets, ContentArrangement, Table};
+use serde::Serialize;
+use std::io::Write;
+
+pub struct Out {
+    format: Format,
+}
+
+impl Out {
+    pub fn new(format: Format) -> Self {
+        Out { format }
+    }
+
+    fn write(&self, text: &str) {
+        let mut stdout = std::io::stdout().lock();
+        let _ = stdout.write_all(text.as_bytes());
+        let _ = stdout.flush();
+    }
+
+    /// A whole JSON document, pretty-printed.
+    pub fn json(&self, value: &impl Serialize) {
+        match serde_json::to_string_pretty(value) {
+            Ok(s) => self.write(&format!("{s}\n")),
+            Err(e) => eprintln!("dlq: error: cannot encode output: {e}"),
+        }
+    }
+
+    /// One JSON value on one line (streams of items).
+    pub fn json_line(&self, value: &impl Serialize) {
+        match serde_json::to_string(value) {
+            Ok(s) => self.write(&format!("{s}\n")),
+            Err(e) => eprintln!("dlq: error: cannot encode output: {e}"),
+        }
+    }
+
+    /// A table with a header row, as a terminal table or as Markdown.
+    pub fn table(&self, header: Vec<String>, rows: Vec<Vec<String>>) {
+        let mut t = Table::new();
+        if self.format == Format::Markdown {
+            t.load_preset(presets::ASCII_MARKDOWN);
+        } else {
+            t.load_preset(presets::UTF8_FULL_CONDENSED)
+                .set_content_arrangement(ContentArrangement::Dynamic);
+        }
+        t.set_header(header);
+        for r in rows {
+            t.add_row(r);
+        }
+        self.write(&format!("{t}\n"));
+    }
+
+    /// Plain text, as is.
+    pub fn text(&self, text: &str) {
+        self.write(text);
+    }
+}
+
+/// Shortens `s` to `max` characters with an ellipsis, on one line.
+pub fn truncate(s: &str, max: usize) -> String {
+    let one_line = s.replace(['\n', '\r', '\t'], " ");
+    if one_line.chars().count() <= max {
+        one_line
+    } else {
+        let mut t: String = one_line.chars().take(max.saturating_sub(1)).collect();
+        t.push('…');
+        t
+    }
+}
+
+/// `1234567` → `1,234,567`.
+pub fn thousands(n: i64) -> String {
+    let s = n.abs().to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    if n < 0 {
+        format!("-{out}")
+    } else {
+        out
+    }
+}
+
+pub fn time(t: chrono::DateTime<chrono::Utc>) -> String {
+    t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+pub fn opt(v: &Option<String>) -> String {
+    v.clone().unwrap_or_else(|| dlq::model::UNKNOWN.to_string())
+}

@@ -1,0 +1,36 @@
+//! `dlq plan`: freezes a reviewed, homogeneous selection as JSON on stdout.
+
+use super::filters::FilterArgs;
+use super::Ctx;
+use clap::Args;
+use dlq::error::Result;
+use dlq::plan::make_plan;
+
+#[derive(Debug, Args)]
+pub struct PlanArgs {
+    #[command(flatten)]
+    pub filters: FilterArgs,
+    /// At most this many dead letters, oldest first
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(i64).range(1..=1_000_000))]
+    pub limit: i64,
+    /// Accept a selection that mixes reasons, producers or schema versions
+    #[arg(long)]
+    pub allow_mixed: bool,
+}
+
+pub async fn run(ctx: &Ctx, args: PlanArgs) -> Result<u8> {
+    let operator = ctx.operator()?;
+    let store = ctx.store().await?;
+    let mut filter = args.filters.to_filter(store.now().await?)?;
+    if filter.state == dlq::model::StateFilter::All {
+        filter.state = dlq::model::StateFilter::Pending;
+    }
+    let plan = make_plan(store.as_ref(), filter, args.limit, args.allow_mixed, &operator).await?;
+    store.close().await;
+    ctx.out.json(&plan);
+    eprintln!(
+        "plan {}: {} dead letters; review it, then `dlq replay --plan FILE`",
+        plan.plan_id, plan.count
+    );
+    Ok(dlq::exit::OK)
+}

@@ -1,0 +1,374 @@
+//! `dlq replay ID` and `dlq replay --plan FILE`: both go through [`dlq::replay::replay`].
+
+use super::claim::{emit, StepReport};
+use super::{Ctx, Format};
+use base64::Engine;
+use clap::Args;
+use dlq::error::{DlqError, Result};
+use dlq::model::{validate_id, Outcome};
+use dlq::plan::{run_plan, Plan, RunOptions, StopReason};
+use dlq::publisher::{replay_headers, PublisherOptions};
+use dlq::replay::{replay, resolve_target, Broker, Item, ItemReport, ReplayOptions};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Debug, Args)]
+pub struct ReplayArgs {
+    /// The dead-letter ID (or --plan FILE)
+    #[arg(required_unless_present = "plan", conflicts_with = "plan")]
+    pub id: Option<String>,
+    /// Replay exactly the items of a plan written by `dlq plan` (- for stdin)
+    #[arg(long)]
+    pub plan: Option<PathBuf>,
+    /// Use the lease taken earlier with `dlq claim` instead of claiming now
+    #[arg(long, conflicts_with = "plan")]
+    pub token: Option<String>,
+    /// How long the claim lasts; must exceed --connect-timeout + --confirm-timeout
+    #[arg(long, default_value = "5m", value_parser = dlq::timeparse::duration_arg)]
+    pub lease: Duration,
+    /// How long to wait for the broker's publisher confirm
+    #[arg(long, default_value = "10s", value_parser = dlq::timeparse::duration_arg)]
+    pub confirm_timeout: Duration,
+    /// Publish to this exchange instead of the row's (default: the default exchange)
+    #[arg(long)]
+    pub exchange: Option<String>,
+    /// Publish with this routing key instead of the row's (default: its source queue)
+    #[arg(long)]
+    pub routing_key: Option<String>,
+    /// Show the target, the final headers and the body; change nothing
+    #[arg(long, conflicts_with = "plan")]
+    pub dry_run: bool,
+    /// Do not ask (required when there is no terminal)
+    #[arg(short = 'y', long)]
+    pub yes: bool,
+    /// Replay only if the stored body's SHA-256 (shown by `dlq show`) is this
+    #[arg(long, conflicts_with = "plan")]
+    pub expect_sha256: Option<String>,
+    /// With --plan: at most this many publishes per second (20/s, 300/m)
+    #[arg(long, value_parser = parse_rate, requires = "plan")]
+    pub rate: Option<f64>,
+    /// With --plan: stop after this many publish_failed or uncertain items
+    #[arg(long, requires = "plan", value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_failures: Option<u64>,
+    /// With --plan: items claimed, published and marked together
+    #[arg(long, default_value_t = 100, requires = "plan", value_parser = clap::value_parser!(u64).range(1..=1000))]
+    pub batch_size: u64,
+}
+
+fn parse_rate(s: &str) -> std::result::Result<f64, String> {
+    let (num, per) = s.split_once('/').unwrap_or((s, "s"));
+    let n: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("invalid rate {s:?}: expected N/s or N/m, such as 20/s"))?;
+    let secs = match per.trim() {
+        "s" | "sec" | "second" => 1.0,
+        "m" | "min" | "minute" => 60.0,
+        _ => return Err(format!("invalid rate {s:?}: expected N/s or N/m, such as 20/s")),
+    };
+    if !(n.is_finite() && n > 0.0) {
+        return Err(format!("invalid rate {s:?}: it must be greater than zero"));
+    }
+    Ok(n / secs)
+}
+
+/// Sets the flag on SIGINT or SIGTERM; the protocol checks it before publishing.
+fn watch_signals() -> Arc<AtomicBool> {
+    let flag = Arc::new(AtomicBool::new(false));
+    let f = flag.clone();
+    tokio::spawn(async move {
+        #[cfg(unix)]
+        {
+            let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(t) => t,
+                Err(_) => return,
+            };
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        }
+        #[cfg(not(unix))]
+        let _ = tokio::signal::ctrl_c().await;
+        f.store(true, Ordering::SeqCst);
+        eprintln!("dlq: interrupted: stopping once the items in flight are settled");
+    });
+    flag
+}
+
+async fn confirm(prompt: String) -> Result<bool> {
+    tokio::task::spawn_blocking(move || {
+        dialoguer::Confirm::new()
+            .with_prompt(prompt)
+            .default(false)
+            .interact()
+    })
+    .await
+    .map_err(|e| DlqError::other(format!("prompt failed: {e}")))?
+    .map_err(|e| DlqError::other(format!("prompt failed: {e}")))
+}
+
+fn require_consent(ctx: &Ctx, yes: bool) -> Result<bool> {
+    if yes {
+        return Ok(false);
+    }
+    if !ctx.interactive() {
+        return Err(DlqError::usage(
+            "refusing to replay without --yes: there is no terminal to ask on",
+        ));
+    }
+    Ok(true)
+}
+
+pub async fn run(ctx: &Ctx, args: ReplayArgs) -> Result<u8> {
+    if args.lease <= ctx.global.connect_timeout + args.confirm_timeout {
+        return Err(DlqError::usage(format!(
+            "--lease {} must be longer than --connect-timeout {} plus --confirm-timeout {}, or the lease could lapse mid-publish",
+            humantime::format_duration(args.lease),
+            humantime::format_duration(ctx.global.connect_timeout),
+            humantime::format_duration(args.confirm_timeout)
+        )));
+    }
+    if let Some(h) = &args.expect_sha256 {
+        if h.len() != 64 || !h.chars().all(|c| c.is_ascii_hexdigit()) {
+            return Err(DlqError::usage(
+                "--expect-sha256 takes the 64 hex digits that `dlq show` prints as sha256",
+            ));
+        }
+    }
+    let operator = ctx.operator()?;
+    let amqp = ctx.amqp_url()?;
+    let opts = ReplayOptions {
+        operator: operator.clone(),
+        lease: args.lease,
+        token: args.token.clone(),
+        exchange: args.exchange.clone(),
+        routing_key: args.routing_key.clone(),
+        plan_id: None,
+    };
+    let publisher_opts = PublisherOptions {
+        connect_timeout: ctx.global.connect_timeout,
+        confirm_timeout: args.confirm_timeout,
+        connection_name: format!("dlq replay by {operator}"),
+    };
+    match (&args.id, &args.plan) {
+        (Some(id), _) => single(ctx, &args, id, opts, amqp, publisher_opts).await,
+        (None, Some(path)) => group(ctx, &args, path, opts, amqp, publisher_opts).await,
+        (None, None) => Err(DlqError::usage("give a dead-letter ID or --plan FILE")),
+    }
+}
+
+async fn single(
+    ctx: &Ctx,
+    args: &ReplayArgs,
+    id: &str,
+    opts: ReplayOptions,
+    amqp: dlq::secret::SecretUrl,
+    publisher_opts: PublisherOptions,
+) -> Result<u8> {
+    validate_id(id)?;
+    let store = ctx.store().await?;
+    let Some(row) = store.get(id).await? else {
+        return Ok(emit(
+            ctx,
+            &StepReport {
+                id: id.to_string(),
+                outcome: Outcome::NotFound,
+                detail: format!("no dead letter with id {id:?}"),
+                token: None,
+                expires_at: None,
+            },
+        ));
+    };
+    let Some(target) = resolve_target(&row.summary, &opts) else {
+        return Err(DlqError::usage(format!(
+            "dead letter {id} has no exchange, routing key or source queue: give --routing-key (and --exchange)"
+        )));
+    };
+    if args.dry_run {
+        let headers = replay_headers(&row.headers(), id, &row.summary.reason, &opts.operator);
+        let doc = serde_json::json!({
+            "id": id,
+            "outcome": "dry_run",
+            "detail": format!("would publish to {target}; nothing was claimed or published"),
+            "state": row.summary.state,
+            "exchange": target.exchange,
+            "routing_key": target.routing_key,
+            "message_id": row.summary.event_id,
+            "delivery_mode": 2,
+            "mandatory": true,
+            "headers": headers,
+            "sha256": row.sha256(),
+            "body_base64": base64::engine::general_purpose::STANDARD.encode(&row.body),
+            "body_text": std::str::from_utf8(&row.body).ok(),
+        });
+        match ctx.format {
+            Format::Json => ctx.out.json(&doc),
+            _ => ctx.out.text(&format!(
+                "dry run: would publish {id} to {target}\nmessage_id: {}\nheaders:\n{}\nbody:\n{}",
+                row.summary.event_id.as_deref().unwrap_or("(none)"),
+                serde_json::to_string_pretty(&headers).unwrap_or_default(),
+                super::show::render_body(&row.body)
+            )),
+        }
+        return Ok(dlq::exit::OK);
+    }
+    if require_consent(ctx, args.yes)? {
+        let preview = super::output::truncate(&String::from_utf8_lossy(&row.body), 200);
+        eprintln!(
+            "About to replay:\n  id:        {id}\n  event id:  {}\n  reason:    {}\n  producer:  {}\n  target:    {target}\n  sha256:    {}\n  body:      {preview}",
+            row.summary.event_id.as_deref().unwrap_or("(unknown)"),
+            row.summary.reason,
+            row.summary.producer.as_deref().unwrap_or("(unknown)"),
+            row.sha256()
+        );
+        if !confirm("Replay it?".into()).await? {
+            return Ok(emit(
+                ctx,
+                &StepReport {
+                    id: id.to_string(),
+                    outcome: Outcome::NotReplayed,
+                    detail: "declined at the prompt; nothing was claimed or published".into(),
+                    token: None,
+                    expires_at: None,
+                },
+            ));
+        }
+    }
+    let interrupted = watch_signals();
+    let mut broker = Broker::new(amqp, publisher_opts, None);
+    let item = Item {
+        id: id.to_string(),
+        expected_sha256: args.expect_sha256.clone(),
+    };
+    let reports = replay(store.as_ref(), &mut broker, &[item], &opts, &interrupted).await;
+    broker.close().await;
+    store.close().await;
+    let report = reports?
+        .pop()
+        .ok_or_else(|| DlqError::other("the replay produced no report"))?;
+    Ok(emit_item(ctx, &report))
+}
+
+fn emit_item(ctx: &Ctx, r: &ItemReport) -> u8 {
+    match ctx.format {
+        Format::Json => ctx.out.json(r),
+        _ => ctx.out.text(&format!("{}: {} ({})\n", r.id, r.outcome, r.detail)),
+    }
+    r.outcome.exit_code()
+}
+
+fn read_plan(path: &PathBuf) -> Result<Plan> {
+    let text = if path.as_os_str() == "-" {
+        std::io::read_to_string(std::io::stdin())?
+    } else {
+        std::fs::read_to_string(path)
+            .map_err(|e| DlqError::usage(format!("cannot read plan {}: {e}", path.display())))?
+    };
+    let plan: Plan = serde_json::from_str(&text).map_err(|e| {
+        DlqError::usage(format!("{} is not a plan written by `dlq plan`: {e}", path.display()))
+    })?;
+    for item in &plan.items {
+        validate_id(&item.id)?;
+    }
+    Ok(plan)
+}
+
+async fn group(
+    ctx: &Ctx,
+    args: &ReplayArgs,
+    path: &PathBuf,
+    mut opts: ReplayOptions,
+    amqp: dlq::secret::SecretUrl,
+    publisher_opts: PublisherOptions,
+) -> Result<u8> {
+    let plan = read_plan(path)?;
+    opts.plan_id = Some(plan.plan_id.clone());
+    let store = ctx.store().await?;
+    if require_consent(ctx, args.yes)? {
+        eprintln!(
+            "About to replay plan {} ({} items, made by {} at {}), filters {}",
+            plan.plan_id,
+            plan.items.len(),
+            plan.created_by,
+            super::output::time(plan.created_at),
+            serde_json::to_string(&plan.filters).unwrap_or_default()
+        );
+        if !confirm("Replay this plan?".into()).await? {
+            eprintln!("declined; nothing was claimed or published");
+            return Ok(dlq::exit::NOT_DONE);
+        }
+    }
+    let interrupted = watch_signals();
+    let batch = match args.rate {
+        Some(r) => (args.batch_size as usize).min(r.ceil() as usize).max(1),
+        None => args.batch_size as usize,
+    };
+    let run_opts = RunOptions {
+        replay: opts,
+        batch_size: batch,
+        max_failures: args.max_failures.map(|m| m as usize),
+    };
+    let mut broker = Broker::new(amqp, publisher_opts, args.rate);
+    let progress = (ctx.format != Format::Json && std::io::stderr().is_terminal_stderr())
+        .then(|| progress_bar(plan.items.len() as u64));
+    let result = run_plan(store.as_ref(), &mut broker, &plan, &run_opts, &interrupted, |r| {
+        match &progress {
+            Some(pb) => {
+                pb.inc(1);
+                if r.outcome != Outcome::Replayed {
+                    pb.println(format!("{}: {} ({})", r.id, r.outcome, r.detail));
+                }
+            }
+            None => ctx.out.json_line(r),
+        }
+    })
+    .await;
+    broker.close().await;
+    store.close().await;
+    let summary = result?;
+    if let Some(pb) = &progress {
+        pb.finish_and_clear();
+    }
+    let counts: Vec<String> = summary.counts.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    match &progress {
+        Some(_) => ctx.out.text(&format!(
+            "plan {}: {} of {} done ({}){}\n",
+            summary.plan_id,
+            summary.done,
+            summary.total,
+            counts.join(", "),
+            summary.stop_detail.as_ref().map(|d| format!("; {d}")).unwrap_or_default()
+        )),
+        None => ctx.out.json_line(&serde_json::json!({ "summary": summary })),
+    }
+    if let Some(d) = &summary.stop_detail {
+        eprintln!("dlq: {d} ({} of {} items done)", summary.done, summary.total);
+    }
+    if summary.stopped == Some(StopReason::Interrupted) {
+        return Ok(dlq::exit::INTERRUPTED.max(summary.worst.map(|w| w.exit_code()).unwrap_or(0)));
+    }
+    Ok(summary.worst.map(|w| w.exit_code()).unwrap_or(dlq::exit::OK))
+}
+
+trait StderrTerminal {
+    fn is_terminal_stderr(&self) -> bool;
+}
+impl StderrTerminal for std::io::Stderr {
+    fn is_terminal_stderr(&self) -> bool {
+        std::io::IsTerminal::is_terminal(self)
+    }
+}
+
+fn progress_bar(len: u64) -> indicatif::ProgressBar {
+    let pb = indicatif::ProgressBar::new(len);
+    pb.set_style(
+        indicatif::ProgressStyle::with_template(
+            "{bar:40} {pos}/{len} {per_sec} eta {eta} {msg}",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    pb
+}

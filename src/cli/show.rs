@@ -1,0 +1,152 @@
+//! `dlq show ID`: everything about one dead letter.
+
+use super::output::{opt, time};
+use super::{Ctx, Format};
+use base64::Engine;
+use clap::Args;
+use dlq::error::{DlqError, Result};
+use dlq::model::{validate_id, DeadLetter, HistoryEntry, Summary};
+use serde::Serialize;
+
+/// Bodies larger than this are cut in the table view (JSON always carries all of it).
+const MAX_SHOWN_BODY: usize = 64 * 1024;
+
+#[derive(Debug, Args)]
+pub struct ShowArgs {
+    /// The dead-letter ID
+    pub id: String,
+}
+
+#[derive(Serialize)]
+struct ShowJson<'a> {
+    #[serde(flatten)]
+    summary: &'a Summary,
+    headers: serde_json::Map<String, serde_json::Value>,
+    body_base64: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    body_text: Option<&'a str>,
+    sha256: String,
+    body_bytes: usize,
+    history: &'a [HistoryEntry],
+}
+
+pub async fn run(ctx: &Ctx, args: ShowArgs) -> Result<u8> {
+    validate_id(&args.id)?;
+    let store = ctx.store().await?;
+    let row = store
+        .get(&args.id)
+        .await?
+        .ok_or_else(|| DlqError::NotFound(args.id.clone()))?;
+    let history = store.history(&args.id).await?;
+    store.close().await;
+    match ctx.format {
+        Format::Json => ctx.out.json(&ShowJson {
+            summary: &row.summary,
+            headers: row.headers(),
+            body_base64: base64::engine::general_purpose::STANDARD.encode(&row.body),
+            body_text: std::str::from_utf8(&row.body).ok(),
+            sha256: row.sha256(),
+            body_bytes: row.body.len(),
+            history: &history,
+        }),
+        Format::Table | Format::Markdown => ctx.out.text(&render(&row, &history)),
+    }
+    Ok(dlq::exit::OK)
+}
+
+fn render(row: &DeadLetter, history: &[HistoryEntry]) -> String {
+    let s = &row.summary;
+    let mut out = String::new();
+    let mut kv = |k: &str, v: String| out.push_str(&format!("{k:<17} {v}\n"));
+    kv("id:", s.id.clone());
+    kv("state:", s.state.as_str().into());
+    kv("reason:", s.reason.clone());
+    kv("attempts:", s.attempts.to_string());
+    kv("dead-lettered at:", time(s.dead_lettered_at));
+    kv("event id:", opt(&s.event_id));
+    kv("producer:", opt(&s.producer));
+    kv("schema version:", opt(&s.schema_version));
+    kv("source queue:", opt(&s.source_queue));
+    kv("exchange:", s.exchange.clone().unwrap_or_else(|| "(default exchange)".into()));
+    kv(
+        "routing key:",
+        s.routing_key
+            .clone()
+            .or_else(|| s.source_queue.clone().map(|q| format!("{q} (the source queue)")))
+            .unwrap_or_else(|| "(none: give --routing-key to replay)".into()),
+    );
+    kv("error:", s.error.clone().unwrap_or_default());
+    kv("replayed at:", s.replayed_at.map(time).unwrap_or_else(|| "-".into()));
+    let lease = match (&s.replay_claim_owner, s.replay_claim_expires_at) {
+        (Some(owner), Some(until)) if s.replayed_at.is_none() && until > row.db_now => format!(
+            "held by {} until {} ({}s left)",
+            dlq::replay::token_operator(owner),
+            time(until),
+            (until - row.db_now).num_seconds()
+        ),
+        (Some(owner), Some(until)) if s.replayed_at.is_none() => format!(
+            "lapsed at {} (was {})",
+            time(until),
+            dlq::replay::token_operator(owner)
+        ),
+        _ => "-".into(),
+    };
+    kv("lease:", lease);
+    kv("last replay err:", s.last_replay_error.clone().unwrap_or_else(|| "-".into()));
+    kv("sha256:", row.sha256());
+    kv("body bytes:", row.body.len().to_string());
+    out.push_str("\nheaders:\n");
+    out.push_str(&serde_json::to_string_pretty(&row.headers()).unwrap_or_default());
+    out.push_str("\n\nbody:\n");
+    out.push_str(&render_body(&row.body));
+    out.push_str("\nhistory:\n");
+    if history.is_empty() {
+        out.push_str("  (none)\n");
+    }
+    for h in history {
+        out.push_str(&format!(
+            "  {}  {:<10} {:<8} {:<15} {}{}\n",
+            time(h.at),
+            h.operator,
+            h.action,
+            h.outcome,
+            h.detail.as_deref().unwrap_or(""),
+            h.plan_id.as_ref().map(|p| format!(" (plan {p})")).unwrap_or_default()
+        ));
+    }
+    out
+}
+
+/// Pretty JSON when the body is JSON, text when UTF-8, else a hex dump; cut when large.
+pub fn render_body(body: &[u8]) -> String {
+    let shown = &body[..body.len().min(MAX_SHOWN_BODY)];
+    let cut = body.len() > MAX_SHOWN_BODY;
+    let note = if cut {
+        format!(
+            "\n… {} more bytes not shown (use -o json for the whole body)\n",
+            body.len() - MAX_SHOWN_BODY
+        )
+    } else {
+        String::new()
+    };
+    if let Ok(text) = std::str::from_utf8(body) {
+        if !cut {
+            if let Ok(v) = serde_json::from_str::<serde_json::Value>(text) {
+                return format!("{}\n", serde_json::to_string_pretty(&v).unwrap_or_default());
+            }
+        }
+        let shown_text = String::from_utf8_lossy(shown);
+        return format!("{shown_text}\n{note}");
+    }
+    let mut out = String::from("(not UTF-8; hex dump)\n");
+    for (i, chunk) in shown.chunks(16).enumerate() {
+        let hex: Vec<String> = chunk.iter().map(|b| format!("{b:02x}")).collect();
+        let ascii: String = chunk
+            .iter()
+            .map(|b| if b.is_ascii_graphic() || *b == b' ' { *b as char } else { '.' })
+            .collect();
+        out.push_str(&format!("{:08x}  {:<48} |{}|\n", i * 16, hex.join(" "), ascii));
+    }
+    out.push_str(&note);
+    out
+}
