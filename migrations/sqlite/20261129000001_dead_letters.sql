@@ -13,6 +13,8 @@ CREATE TABLE IF NOT EXISTS dead_letters (
 
 -- SQLite cannot ADD COLUMN with a non-constant default or a stored generated column,
 -- so the table is rebuilt once: every row is copied, timestamps converted to one format.
+-- A text timestamp SQLite cannot read becomes 0 (1970), never NULL: a row that was
+-- replayed stays replayed, and an unreadable lease counts as lapsed.
 --
 -- Times are INTEGER milliseconds since the Unix epoch (UTC), always: comparisons are
 -- then numeric and never depend on how a text timestamp was spelled.
@@ -38,7 +40,7 @@ CREATE TABLE dead_letters_v1 (
     exchange                 TEXT NULL,
     routing_key              TEXT NULL,
     dead_lettered_at         INTEGER NOT NULL
-        DEFAULT (CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)),
+        DEFAULT (CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER)),
     eff_producer TEXT GENERATED ALWAYS AS (COALESCE(
         producer,
         CASE WHEN json_valid(headers_json) THEN CAST(json_extract(headers_json, '$."x-producer"') AS TEXT) END,
@@ -60,12 +62,12 @@ INSERT INTO dead_letters_v1 (id, body, reason, attempts, headers_json, replayed_
                              replay_claim_owner, replay_claim_expires_at, last_replay_error)
 SELECT id, body, reason, attempts, headers_json,
        CASE typeof(replayed_at)
-            WHEN 'text' THEN CAST((julianday(replayed_at) - 2440587.5) * 86400000.0 AS INTEGER)
+            WHEN 'text' THEN COALESCE(CAST(ROUND((julianday(replayed_at) - 2440587.5) * 86400000.0) AS INTEGER), 0)
             WHEN 'real' THEN CAST(replayed_at * 1000 AS INTEGER)
             ELSE replayed_at END,
        replay_claim_owner,
        CASE typeof(replay_claim_expires_at)
-            WHEN 'text' THEN CAST((julianday(replay_claim_expires_at) - 2440587.5) * 86400000.0 AS INTEGER)
+            WHEN 'text' THEN COALESCE(CAST(ROUND((julianday(replay_claim_expires_at) - 2440587.5) * 86400000.0) AS INTEGER), 0)
             WHEN 'real' THEN CAST(replay_claim_expires_at * 1000 AS INTEGER)
             ELSE replay_claim_expires_at END,
        last_replay_error
@@ -85,7 +87,7 @@ CREATE INDEX dead_letters_pending_idx ON dead_letters (dead_lettered_at DESC) WH
 CREATE TABLE dead_letter_history (
     seq            INTEGER PRIMARY KEY AUTOINCREMENT,
     dead_letter_id TEXT NOT NULL,
-    at             INTEGER NOT NULL DEFAULT (CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)),
+    at             INTEGER NOT NULL DEFAULT (CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER)),
     operator       TEXT NOT NULL,
     action         TEXT NOT NULL,
     outcome        TEXT NOT NULL,

@@ -1,0 +1,535 @@
+//! Test harness: real PostgreSQL, real SQLite files, real RabbitMQ, the real binary.
+//! Every test makes its own database and queues and removes them afterwards.
+#![allow(dead_code)]
+
+use lapin::options::*;
+use lapin::types::FieldTable;
+use lapin::{BasicProperties, Connection, ConnectionProperties};
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+pub const PG_ADMIN: &str = "postgres://postgres@127.0.0.1:5432/postgres";
+pub const AMQP: &str = "amqp://guest:guest@127.0.0.1:5672/%2f";
+
+pub fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+pub fn unique(prefix: &str) -> String {
+    format!("{prefix}_{}", uuid::Uuid::new_v4().simple())
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Backend {
+    Postgres,
+    Sqlite,
+}
+
+pub const BACKENDS: [Backend; 2] = [Backend::Postgres, Backend::Sqlite];
+
+/// A fresh database: a new PostgreSQL database or a SQLite file in a temp dir.
+pub struct TestDb {
+    pub backend: Backend,
+    pub url: String,
+    pg_name: Option<String>,
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl TestDb {
+    pub fn new(backend: Backend) -> TestDb {
+        match backend {
+            Backend::Postgres => {
+                let name = unique("dlq_t");
+                rt().block_on(async {
+                    let pool = sqlx::PgPool::connect(PG_ADMIN).await.expect("PostgreSQL at 127.0.0.1:5432");
+                    sqlx::query(&format!("CREATE DATABASE {name}")).execute(&pool).await.unwrap();
+                    pool.close().await;
+                });
+                TestDb {
+                    backend,
+                    url: format!("postgres://postgres@127.0.0.1:5432/{name}"),
+                    pg_name: Some(name),
+                    _dir: None,
+                }
+            }
+            Backend::Sqlite => {
+                let dir = tempfile::tempdir().unwrap();
+                let url = format!("sqlite://{}", dir.path().join("dlq.db").display());
+                TestDb { backend, url, pg_name: None, _dir: Some(dir) }
+            }
+        }
+    }
+
+    /// A fresh, migrated database.
+    pub fn migrated(backend: Backend) -> TestDb {
+        let db = TestDb::new(backend);
+        let r = db.dlq(&["migrate"]);
+        assert_eq!(r.code, 0, "migrate: {}", r.all());
+        db
+    }
+
+    pub fn cmd(&self) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_dlq"));
+        for (k, _) in std::env::vars() {
+            if k.starts_with("DLQ_") {
+                c.env_remove(k);
+            }
+        }
+        c.env("DLQ_DATABASE_URL", &self.url)
+            .env("DLQ_AMQP_URL", AMQP)
+            .env("DLQ_OPERATOR", "tester")
+            .env("DLQ_OUTPUT", "json")
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null());
+        c
+    }
+
+    pub fn dlq(&self, args: &[&str]) -> Run {
+        Run::from(self.cmd().args(args).output().unwrap())
+    }
+
+    pub fn dlq_env(&self, args: &[&str], env: &[(&str, &str)]) -> Run {
+        let mut c = self.cmd();
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        Run::from(c.args(args).output().unwrap())
+    }
+
+    pub fn dlq_stdin(&self, args: &[&str], input: &[u8]) -> Run {
+        let mut child = self
+            .cmd()
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(input).unwrap();
+        Run::from(child.wait_with_output().unwrap())
+    }
+
+    /// Runs SQL statements directly (as a worker or an operator with psql would).
+    pub fn sql(&self, statements: &[&str]) {
+        let url = self.url.clone();
+        let stmts: Vec<String> = statements.iter().map(|s| s.to_string()).collect();
+        rt().block_on(async move {
+            match self.backend {
+                Backend::Postgres => {
+                    let pool = sqlx::PgPool::connect(&url).await.unwrap();
+                    for s in stmts {
+                        sqlx::query(&s).execute(&pool).await.unwrap_or_else(|e| panic!("{s}: {e}"));
+                    }
+                    pool.close().await;
+                }
+                Backend::Sqlite => {
+                    let pool = sqlx::SqlitePool::connect(&format!("{url}?mode=rwc")).await.unwrap();
+                    for s in stmts {
+                        sqlx::query(&s).execute(&pool).await.unwrap_or_else(|e| panic!("{s}: {e}"));
+                    }
+                    pool.close().await;
+                }
+            }
+        })
+    }
+
+    /// One integer from a query.
+    pub fn scalar(&self, q: &str) -> i64 {
+        let url = self.url.clone();
+        rt().block_on(async move {
+            match self.backend {
+                Backend::Postgres => {
+                    let pool = sqlx::PgPool::connect(&url).await.unwrap();
+                    let v: i64 = sqlx::query_scalar(q).fetch_one(&pool).await.unwrap();
+                    pool.close().await;
+                    v
+                }
+                Backend::Sqlite => {
+                    let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
+                    let v: i64 = sqlx::query_scalar(q).fetch_one(&pool).await.unwrap();
+                    pool.close().await;
+                    v
+                }
+            }
+        })
+    }
+
+    pub fn import_examples(&self) {
+        let r = self.dlq(&["import", &examples_file()]);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+    }
+
+    /// Imports one dead letter with the given JSON fields.
+    pub fn add(&self, row: serde_json::Value) {
+        let r = self.dlq_stdin(&["import", "-"], format!("{row}\n").as_bytes());
+        assert_eq!(r.code, 0, "import failed: {}", r.stderr);
+    }
+
+    pub fn show(&self, id: &str) -> serde_json::Value {
+        let r = self.dlq(&["show", id]);
+        assert_eq!(r.code, 0, "show {id}: {}", r.stderr);
+        r.json()
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        if let Some(name) = &self.pg_name {
+            let name = name.clone();
+            rt().block_on(async move {
+                if let Ok(pool) = sqlx::PgPool::connect(PG_ADMIN).await {
+                    let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                        .execute(&pool)
+                        .await;
+                    pool.close().await;
+                }
+            });
+        }
+    }
+}
+
+pub fn examples_file() -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("examples/dead-letters.jsonl")
+        .display()
+        .to_string()
+}
+
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl From<Output> for Run {
+    fn from(o: Output) -> Run {
+        Run {
+            code: o.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+        }
+    }
+}
+
+impl Run {
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {}\nstderr: {}", self.stdout, self.stderr))
+    }
+    pub fn lines(&self) -> Vec<serde_json::Value> {
+        self.stdout
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+            .collect()
+    }
+    pub fn all(&self) -> String {
+        format!("{}{}", self.stdout, self.stderr)
+    }
+}
+
+/// A message as a consumer received it.
+#[derive(Debug)]
+pub struct Received {
+    pub body: Vec<u8>,
+    pub headers: serde_json::Map<String, serde_json::Value>,
+    pub message_id: Option<String>,
+    pub delivery_mode: Option<u8>,
+    pub timestamp: Option<u64>,
+}
+
+/// RabbitMQ helper for tests: unique queues, deleted on drop.
+pub struct Rabbit {
+    rt: tokio::runtime::Runtime,
+    conn: Connection,
+    channel: lapin::Channel,
+    queues: Vec<String>,
+    exchanges: Vec<String>,
+}
+
+impl Rabbit {
+    pub fn new() -> Rabbit {
+        let rt = rt();
+        let (conn, channel) = rt.block_on(async {
+            let conn = Connection::connect(AMQP, ConnectionProperties::default())
+                .await
+                .expect("RabbitMQ at 127.0.0.1:5672");
+            let channel = conn.create_channel().await.unwrap();
+            (conn, channel)
+        });
+        Rabbit { rt, conn, channel, queues: vec![], exchanges: vec![] }
+    }
+
+    pub fn queue_with(&mut self, prefix: &str, args: FieldTable) -> String {
+        let name = unique(prefix);
+        self.rt
+            .block_on(self.channel.queue_declare(
+                name.as_str().into(),
+                QueueDeclareOptions { durable: true, ..Default::default() },
+                args,
+            ))
+            .unwrap();
+        self.queues.push(name.clone());
+        name
+    }
+
+    pub fn queue(&mut self, prefix: &str) -> String {
+        self.queue_with(prefix, FieldTable::default())
+    }
+
+    pub fn exchange(&mut self, prefix: &str) -> String {
+        let name = unique(prefix);
+        self.rt
+            .block_on(self.channel.exchange_declare(
+                name.as_str().into(),
+                lapin::ExchangeKind::Direct,
+                ExchangeDeclareOptions::default(),
+                FieldTable::default(),
+            ))
+            .unwrap();
+        self.exchanges.push(name.clone());
+        name
+    }
+
+    pub fn bind(&self, queue: &str, exchange: &str, key: &str) {
+        self.rt
+            .block_on(self.channel.queue_bind(
+                queue.into(),
+                exchange.into(),
+                key.into(),
+                QueueBindOptions::default(),
+                FieldTable::default(),
+            ))
+            .unwrap();
+    }
+
+    /// Everything in the queue now (acked).
+    pub fn drain(&self, queue: &str) -> Vec<Received> {
+        let mut out = Vec::new();
+        self.rt.block_on(async {
+            loop {
+                let got = self
+                    .channel
+                    .basic_get(queue.into(), BasicGetOptions { no_ack: true })
+                    .await
+                    .unwrap();
+                let Some(msg) = got else { break };
+                let props = msg.delivery.properties.clone();
+                let headers = props
+                    .headers()
+                    .as_ref()
+                    .map(|h| field_table_json(h))
+                    .unwrap_or_default();
+                out.push(Received {
+                    body: msg.delivery.data.clone(),
+                    headers,
+                    message_id: props.message_id().as_ref().map(|s| s.as_str().to_string()),
+                    delivery_mode: *props.delivery_mode(),
+                    timestamp: *props.timestamp(),
+                });
+            }
+        });
+        out
+    }
+
+    pub fn count(&self, queue: &str) -> u32 {
+        self.rt
+            .block_on(self.channel.queue_declare(
+                queue.into(),
+                QueueDeclareOptions { passive: true, ..Default::default() },
+                FieldTable::default(),
+            ))
+            .unwrap()
+            .message_count()
+    }
+
+    pub fn publish_raw(&self, queue: &str, body: &[u8]) {
+        self.rt
+            .block_on(async {
+                self.channel
+                    .basic_publish("".into(), queue.into(), BasicPublishOptions::default(), body, BasicProperties::default())
+                    .await
+            })
+            .unwrap();
+    }
+}
+
+impl Drop for Rabbit {
+    fn drop(&mut self) {
+        let ch = self.channel.clone();
+        let qs = std::mem::take(&mut self.queues);
+        let xs = std::mem::take(&mut self.exchanges);
+        self.rt.block_on(async move {
+            for q in qs {
+                let _ = ch.queue_delete(q.as_str().into(), QueueDeleteOptions::default()).await;
+            }
+            for x in xs {
+                let _ = ch.exchange_delete(x.as_str().into(), ExchangeDeleteOptions::default()).await;
+            }
+        });
+        let _ = self.rt.block_on(self.conn.close(200, "bye".into()));
+    }
+}
+
+fn field_table_json(t: &FieldTable) -> serde_json::Map<String, serde_json::Value> {
+    t.inner()
+        .iter()
+        .map(|(k, v)| (k.as_str().to_string(), amqp_json(v)))
+        .collect()
+}
+
+fn amqp_json(v: &lapin::types::AMQPValue) -> serde_json::Value {
+    use lapin::types::AMQPValue::*;
+    match v {
+        LongString(s) => serde_json::Value::String(String::from_utf8_lossy(s.as_bytes()).into_owned()),
+        ShortString(s) => serde_json::Value::String(s.as_str().to_string()),
+        Boolean(b) => (*b).into(),
+        LongLongInt(i) => (*i).into(),
+        LongInt(i) => (*i).into(),
+        ShortInt(i) => (*i).into(),
+        Double(d) => (*d).into(),
+        FieldTable(t) => serde_json::Value::Object(field_table_json(t)),
+        FieldArray(a) => a.as_slice().iter().map(amqp_json).collect(),
+        Void => serde_json::Value::Null,
+        other => serde_json::Value::String(format!("{other:?}")),
+    }
+}
+
+/// A TCP proxy of the tests' own between `dlq` and a service, which a test cuts at the
+/// moment that matters.
+pub struct Proxy {
+    pub port: u16,
+    /// When set, existing connections are dropped and new ones refused (closed at once).
+    pub cut: Arc<AtomicBool>,
+    pub connections: Arc<AtomicUsize>,
+    _thread: std::thread::JoinHandle<()>,
+}
+
+/// What the proxy does when the server sends `pattern` to the client.
+#[derive(Clone)]
+pub enum OnServerBytes {
+    Nothing,
+    /// Drop the connection instead of forwarding (the client never sees it).
+    Cut(Vec<u8>),
+    /// Cut another proxy first, then forward.
+    CutOther(Vec<u8>, Arc<AtomicBool>),
+    /// Stop forwarding and hold the connection open, sending nothing (a black hole).
+    Stall(Vec<u8>),
+}
+
+impl Proxy {
+    pub fn start(upstream: &str, hook: OnServerBytes) -> Proxy {
+        let upstream = upstream.to_string();
+        let cut = Arc::new(AtomicBool::new(false));
+        let connections = Arc::new(AtomicUsize::new(0));
+        let std_listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = std_listener.local_addr().unwrap().port();
+        std_listener.set_nonblocking(true).unwrap();
+        let (c2, n2) = (cut.clone(), connections.clone());
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+            rt.block_on(async move {
+                let listener = tokio::net::TcpListener::from_std(std_listener).unwrap();
+                loop {
+                    let Ok((client, _)) = listener.accept().await else { continue };
+                    n2.fetch_add(1, Ordering::SeqCst);
+                    if c2.load(Ordering::SeqCst) {
+                        drop(client);
+                        continue;
+                    }
+                    let (up, cut, hook) = (upstream.clone(), c2.clone(), hook.clone());
+                    tokio::spawn(async move {
+                        let Ok(server) = tokio::net::TcpStream::connect(&up).await else { return };
+                        pipe(client, server, cut, hook).await;
+                    });
+                }
+            });
+        });
+        Proxy { port, cut, connections, _thread: thread }
+    }
+
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+}
+
+async fn pipe(client: tokio::net::TcpStream, server: tokio::net::TcpStream, cut: Arc<AtomicBool>, hook: OnServerBytes) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (mut cr, mut cw) = client.into_split();
+    let (mut sr, mut sw) = server.into_split();
+    let cut1 = cut.clone();
+    let up = tokio::spawn(async move {
+        let mut buf = vec![0u8; 65536];
+        loop {
+            if cut1.load(Ordering::SeqCst) {
+                return;
+            }
+            match tokio::time::timeout(std::time::Duration::from_millis(50), cr.read(&mut buf)).await {
+                Err(_) => continue,
+                Ok(Ok(0)) | Ok(Err(_)) => return,
+                Ok(Ok(n)) => {
+                    if sw.write_all(&buf[..n]).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    });
+    let mut buf = vec![0u8; 65536];
+    loop {
+        if cut.load(Ordering::SeqCst) {
+            break;
+        }
+        let n = match tokio::time::timeout(std::time::Duration::from_millis(50), sr.read(&mut buf)).await {
+            Err(_) => continue,
+            Ok(Ok(0)) | Ok(Err(_)) => break,
+            Ok(Ok(n)) => n,
+        };
+        let seen = |p: &[u8]| buf[..n].windows(p.len()).any(|w| w == p);
+        match &hook {
+            OnServerBytes::Cut(p) if seen(p) => {
+                cut.store(true, Ordering::SeqCst);
+                break;
+            }
+            OnServerBytes::CutOther(p, other) if seen(p) => {
+                other.store(true, Ordering::SeqCst);
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            }
+            OnServerBytes::Stall(p) if seen(p) => {
+                tokio::time::sleep(std::time::Duration::from_secs(30)).await;
+                break;
+            }
+            _ => {}
+        }
+        if cw.write_all(&buf[..n]).await.is_err() {
+            break;
+        }
+    }
+    up.abort();
+}
+
+/// The method frame payload start of basic.ack (class 60, method 80).
+pub const BASIC_ACK: [u8; 4] = [0x00, 0x3C, 0x00, 0x50];
+
+/// A dead letter as JSON for `import`.
+pub fn letter(id: &str, queue: &str, body: &[u8]) -> serde_json::Value {
+    use base64::Engine;
+    serde_json::json!({
+        "id": id,
+        "reason": "retries_exhausted",
+        "attempts": 5,
+        "headers": {"x-death": [{"count": 5}], "x-delivery-count": 5, "x-first-death-queue": queue, "tenant": "acme"},
+        "producer": "inventory",
+        "schema_version": "5",
+        "event_id": format!("evt-{id}"),
+        "source_queue": queue,
+        "error": "timeout",
+        "body_base64": base64::engine::general_purpose::STANDARD.encode(body),
+    })
+}
