@@ -15,7 +15,9 @@ use std::io::BufRead;
 pub const MAX_LINE_BYTES: usize = 96 * 1024 * 1024;
 
 fn bad(line: usize, field: &str, msg: impl std::fmt::Display) -> DlqError {
-    DlqError::usage(format!("line {line}: field {field}: {msg} (nothing was imported)"))
+    DlqError::usage(format!(
+        "line {line}: field {field}: {msg} (nothing was imported)"
+    ))
 }
 
 /// Reads and validates every line. Blank lines are skipped.
@@ -27,7 +29,8 @@ pub fn read_lines<R: BufRead>(mut input: R) -> Result<Vec<NewDeadLetter>> {
         buf.clear();
         line += 1;
         let reader: &mut R = &mut input;
-        let n = std::io::Read::take(reader, MAX_LINE_BYTES as u64 + 1).read_until(b'\n', &mut buf)?;
+        let n =
+            std::io::Read::take(reader, MAX_LINE_BYTES as u64 + 1).read_until(b'\n', &mut buf)?;
         if n == 0 {
             break;
         }
@@ -38,13 +41,17 @@ pub fn read_lines<R: BufRead>(mut input: R) -> Result<Vec<NewDeadLetter>> {
             )));
         }
         let text = std::str::from_utf8(&buf).map_err(|_| {
-            DlqError::usage(format!("line {line}: not valid UTF-8 (nothing was imported)"))
+            DlqError::usage(format!(
+                "line {line}: not valid UTF-8 (nothing was imported)"
+            ))
         })?;
         if text.trim().is_empty() {
             continue;
         }
         let value: Value = serde_json::from_str(text).map_err(|e| {
-            DlqError::usage(format!("line {line}: not a JSON object: {e} (nothing was imported)"))
+            DlqError::usage(format!(
+                "line {line}: not a JSON object: {e} (nothing was imported)"
+            ))
         })?;
         let Value::Object(obj) = value else {
             return Err(DlqError::usage(format!(
@@ -56,7 +63,11 @@ pub fn read_lines<R: BufRead>(mut input: R) -> Result<Vec<NewDeadLetter>> {
     let mut seen = std::collections::HashSet::new();
     for r in &rows {
         if !seen.insert(r.id.as_str()) {
-            return Err(bad(r.line, "id", format!("{:?} appears twice in the file", r.id)));
+            return Err(bad(
+                r.line,
+                "id",
+                format!("{:?} appears twice in the file", r.id),
+            ));
         }
     }
     Ok(rows)
@@ -66,7 +77,11 @@ fn opt_str(line: usize, obj: &Map<String, Value>, field: &str) -> Result<Option<
     match obj.get(field) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) => Ok(Some(s.clone())),
-        Some(other) => Err(bad(line, field, format!("expected a string or null, got {other}"))),
+        Some(other) => Err(bad(
+            line,
+            field,
+            format!("expected a string or null, got {other}"),
+        )),
     }
 }
 
@@ -90,12 +105,22 @@ fn parse_object(line: usize, obj: &Map<String, Value>) -> Result<NewDeadLetter> 
             return Err(bad(line, "body_base64", "expected a base64 string"))
         }
         (_, Some(Value::String(t))) => t.clone().into_bytes(),
-        _ => return Err(bad(line, "body_base64", "missing (give body_base64 or body_text)")),
+        _ => {
+            return Err(bad(
+                line,
+                "body_base64",
+                "missing (give body_base64 or body_text)",
+            ))
+        }
     };
     if let Some(expected) = opt_str(line, obj, "sha256")? {
         let actual = sha256_hex(&body);
         if !expected.eq_ignore_ascii_case(&actual) {
-            return Err(bad(line, "sha256", format!("the body hashes to {actual}, not {expected}")));
+            return Err(bad(
+                line,
+                "sha256",
+                format!("the body hashes to {actual}, not {expected}"),
+            ));
         }
     }
     let reason = opt_str(line, obj, "reason")?.ok_or_else(|| bad(line, "reason", "missing"))?;
@@ -106,9 +131,21 @@ fn parse_object(line: usize, obj: &Map<String, Value>) -> Result<NewDeadLetter> 
         Some(Value::Number(n)) => n
             .as_i64()
             .filter(|a| *a >= 0 && *a <= i32::MAX as i64)
-            .ok_or_else(|| bad(line, "attempts", format!("{n} is not a whole number from 0 to {}", i32::MAX)))?,
+            .ok_or_else(|| {
+                bad(
+                    line,
+                    "attempts",
+                    format!("{n} is not a whole number from 0 to {}", i32::MAX),
+                )
+            })?,
         None | Some(Value::Null) => 0,
-        Some(other) => return Err(bad(line, "attempts", format!("expected a number, got {other}"))),
+        Some(other) => {
+            return Err(bad(
+                line,
+                "attempts",
+                format!("expected a number, got {other}"),
+            ))
+        }
     };
     let headers_json = match (obj.get("headers"), obj.get("headers_json")) {
         (Some(Value::Object(h)), _) => Value::Object(h.clone()).to_string(),
@@ -117,7 +154,13 @@ fn parse_object(line: usize, obj: &Map<String, Value>) -> Result<NewDeadLetter> 
         }
         (_, Some(Value::String(s))) => match serde_json::from_str::<Value>(s) {
             Ok(Value::Object(_)) => s.clone(),
-            _ => return Err(bad(line, "headers_json", "expected a string holding a JSON object")),
+            _ => {
+                return Err(bad(
+                    line,
+                    "headers_json",
+                    "expected a string holding a JSON object",
+                ))
+            }
         },
         _ => "{}".to_string(),
     };

@@ -114,7 +114,10 @@ pub fn parse_headers(json: &str) -> serde_json::Map<String, serde_json::Value> {
         }
         Err(_) => {
             let mut m = serde_json::Map::new();
-            m.insert("(unparseable)".into(), serde_json::Value::String(json.into()));
+            m.insert(
+                "(unparseable)".into(),
+                serde_json::Value::String(json.into()),
+            );
             m
         }
     }

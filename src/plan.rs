@@ -63,7 +63,9 @@ pub async fn make_plan(
 ) -> Result<Plan> {
     let candidates = store.plan_candidates(&filter, limit).await?;
     if candidates.is_empty() {
-        return Err(DlqError::usage("the filters select no dead letters; nothing to plan"));
+        return Err(DlqError::usage(
+            "the filters select no dead letters; nothing to plan",
+        ));
     }
     let mix = mix_of(&candidates);
     let mixed: Vec<String> = mix
@@ -162,7 +164,10 @@ pub async fn run_plan(
         for r in &reports {
             summary.done += 1;
             *summary.counts.entry(r.outcome.as_str().into()).or_default() += 1;
-            if summary.worst.is_none_or(|w| r.outcome.severity() > w.severity()) {
+            if summary
+                .worst
+                .is_none_or(|w| r.outcome.severity() > w.severity())
+            {
                 summary.worst = Some(r.outcome);
             }
             if matches!(r.outcome, Outcome::PublishFailed | Outcome::Uncertain) {

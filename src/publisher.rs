@@ -12,9 +12,9 @@
 use crate::error::{DlqError, Result};
 use crate::secret::{scrub, SecretUrl};
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
-use lapin::{Confirmation, PublisherConfirm};
 use lapin::types::{AMQPValue, FieldArray, FieldTable, LongString, ShortString};
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
+use lapin::{Confirmation, PublisherConfirm};
 use std::time::Duration;
 use tokio::time::{timeout, Instant};
 
@@ -121,7 +121,8 @@ fn host_of(url: &SecretUrl) -> String {
             format!(
                 "{}:{}",
                 u.host_str().unwrap_or("?"),
-                u.port().unwrap_or(if u.scheme() == "amqps" { 5671 } else { 5672 })
+                u.port()
+                    .unwrap_or(if u.scheme() == "amqps" { 5671 } else { 5672 })
             )
         })
         .unwrap_or_else(|| "?".into())
@@ -130,7 +131,10 @@ fn host_of(url: &SecretUrl) -> String {
 impl Publisher {
     /// Connects and opens a channel in confirm mode. An error here means nothing was
     /// published: the caller treats it as a certain failure.
-    pub async fn connect(url: &SecretUrl, opts: PublisherOptions) -> std::result::Result<Self, String> {
+    pub async fn connect(
+        url: &SecretUrl,
+        opts: PublisherOptions,
+    ) -> std::result::Result<Self, String> {
         validate_amqp_url(url).map_err(|e| e.to_string())?;
         let host = host_of(url);
         let props = ConnectionProperties::default()
@@ -148,16 +152,36 @@ impl Publisher {
         };
         let channel = match tokio::time::timeout_at(deadline, conn.create_channel()).await {
             Ok(Ok(ch)) => ch,
-            Ok(Err(e)) => return Err(format!("opening a channel on {host}: {}", scrub(&e.to_string()))),
+            Ok(Err(e)) => {
+                return Err(format!(
+                    "opening a channel on {host}: {}",
+                    scrub(&e.to_string())
+                ))
+            }
             Err(_) => return Err(format!("timed out opening a channel on {host}")),
         };
-        match tokio::time::timeout_at(deadline, channel.confirm_select(ConfirmSelectOptions::default())).await {
+        match tokio::time::timeout_at(
+            deadline,
+            channel.confirm_select(ConfirmSelectOptions::default()),
+        )
+        .await
+        {
             Ok(Ok(())) => {}
-            Ok(Err(e)) => return Err(format!("enabling publisher confirms on {host}: {}", scrub(&e.to_string()))),
+            Ok(Err(e)) => {
+                return Err(format!(
+                    "enabling publisher confirms on {host}: {}",
+                    scrub(&e.to_string())
+                ))
+            }
             Err(_) => return Err(format!("timed out enabling publisher confirms on {host}")),
         }
         tracing::debug!(%host, "connected to RabbitMQ, confirm mode on");
-        Ok(Publisher { conn, channel, opts, host })
+        Ok(Publisher {
+            conn,
+            channel,
+            opts,
+            host,
+        })
     }
 
     /// Hands one message to the broker (mandatory, persistent) without waiting for its
@@ -274,7 +298,11 @@ impl Publisher {
 fn describe_connect_error(e: &lapin::Error, host: &str) -> String {
     let text = scrub(&e.to_string());
     let lower = text.to_lowercase();
-    if lower.contains("access_refused") || lower.contains("access-refused") || lower.contains("authentication") || lower.contains("login was refused") {
+    if lower.contains("access_refused")
+        || lower.contains("access-refused")
+        || lower.contains("authentication")
+        || lower.contains("login was refused")
+    {
         format!("RabbitMQ at {host} refused the login (wrong user or password): {text}")
     } else if lower.contains("not_allowed") || lower.contains("vhost") {
         format!("RabbitMQ at {host} refused the vhost (missing, or no access): {text}")
@@ -357,7 +385,9 @@ mod tests {
         .unwrap();
         let h = replay_headers(&orig, "id1", "retries_exhausted", "alice");
         let keys: Vec<&str> = h.keys().map(String::as_str).collect();
-        assert!(!keys.iter().any(|k| k.contains("death") || *k == "x-delivery-count"));
+        assert!(!keys
+            .iter()
+            .any(|k| k.contains("death") || *k == "x-delivery-count"));
         assert_eq!(h["tenant"], "acme");
         assert_eq!(h["x-event-id"], "e1");
         assert_eq!(h["x-replayed-from-dlq"], "true");

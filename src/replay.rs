@@ -127,7 +127,12 @@ pub fn resolve_target(row: &Summary, opts: &ReplayOptions) -> Option<Target> {
 
 /// The message a replay publishes for `row`.
 pub fn build_message(row: &DeadLetter, operator: &str) -> OutgoingMessage {
-    let headers = replay_headers(&row.headers(), &row.summary.id, &row.summary.reason, operator);
+    let headers = replay_headers(
+        &row.headers(),
+        &row.summary.id,
+        &row.summary.reason,
+        operator,
+    );
     OutgoingMessage {
         body: row.body.clone(),
         headers: to_field_table(&headers),
@@ -159,7 +164,10 @@ pub fn explain_unavailable(row: &Summary, now: DateTime<Utc>) -> (Outcome, Strin
             .unwrap_or("unknown");
         return (
             Outcome::NotReplayed,
-            format!("already replayed at {} by {by}; nothing was published", fmt_time(at)),
+            format!(
+                "already replayed at {} by {by}; nothing was published",
+                fmt_time(at)
+            ),
         );
     }
     match (&row.replay_claim_owner, row.replay_claim_expires_at) {
@@ -208,7 +216,11 @@ pub async fn replay(
             (t, claimed.into_iter().map(|(id, _)| id).collect())
         }
     };
-    let unavailable: Vec<String> = ids.iter().filter(|id| !mine.contains(id)).cloned().collect();
+    let unavailable: Vec<String> = ids
+        .iter()
+        .filter(|id| !mine.contains(id))
+        .cloned()
+        .collect();
     if !unavailable.is_empty() {
         let now = store.now().await?;
         let found: HashMap<String, Summary> = store
@@ -233,7 +245,15 @@ pub async fn replay(
     }
     if opts.token.is_none() {
         for id in &mine {
-            history.push(entry(opts, id, "claim", Outcome::Claimed, &format!("lease {}", humantime::format_duration(opts.lease)), &token, None));
+            history.push(entry(
+                opts,
+                id,
+                "claim",
+                Outcome::Claimed,
+                &format!("lease {}", humantime::format_duration(opts.lease)),
+                &token,
+                None,
+            ));
         }
     }
 
@@ -247,7 +267,9 @@ pub async fn replay(
     let mut to_release: Vec<(String, Outcome, String)> = Vec::new();
     let mut ready: Vec<(&DeadLetter, Target)> = Vec::new();
     for item in items.iter().filter(|i| mine.contains(&i.id)) {
-        let Some(row) = rows.get(&item.id) else { continue };
+        let Some(row) = rows.get(&item.id) else {
+            continue;
+        };
         let sha = sha256_hex(&row.body);
         match (&item.expected_sha256, resolve_target(&row.summary, opts)) {
             (Some(expected), _) if !expected.eq_ignore_ascii_case(&sha) => to_release.push((
@@ -267,7 +289,11 @@ pub async fn replay(
     // 3. Just before publishing: stop if asked to, and re-check that the lease is live.
     if interrupted.load(Ordering::SeqCst) {
         for (row, _) in ready.drain(..) {
-            to_release.push((row.summary.id.clone(), Outcome::Interrupted, "interrupted before publishing; nothing was published".into()));
+            to_release.push((
+                row.summary.id.clone(),
+                Outcome::Interrupted,
+                "interrupted before publishing; nothing was published".into(),
+            ));
         }
     }
     if !ready.is_empty() {
@@ -276,16 +302,38 @@ pub async fn replay(
         ready.retain(|(row, _)| {
             let ok = live.contains(&row.summary.id);
             if !ok {
-                let detail = "the lease lapsed before publishing; nothing was published".to_string();
-                history.push(entry(opts, &row.summary.id, "replay", Outcome::NotReplayed, &detail, &token, None));
-                reports.insert(row.summary.id.clone(), report(&row.summary.id, Outcome::NotReplayed, detail));
+                let detail =
+                    "the lease lapsed before publishing; nothing was published".to_string();
+                history.push(entry(
+                    opts,
+                    &row.summary.id,
+                    "replay",
+                    Outcome::NotReplayed,
+                    &detail,
+                    &token,
+                    None,
+                ));
+                reports.insert(
+                    row.summary.id.clone(),
+                    report(&row.summary.id, Outcome::NotReplayed, detail),
+                );
             }
             ok
         });
     }
     for (id, outcome, detail) in &to_release {
-        store.release(std::slice::from_ref(id), &token, Some(detail)).await?;
-        history.push(entry(opts, id, "release", outcome.to_owned(), detail, &token, None));
+        store
+            .release(std::slice::from_ref(id), &token, Some(detail))
+            .await?;
+        history.push(entry(
+            opts,
+            id,
+            "release",
+            outcome.to_owned(),
+            detail,
+            &token,
+            None,
+        ));
         reports.insert(id.clone(), report(id, *outcome, detail.clone()));
     }
     mine.retain(|id| ready.iter().any(|(r, _)| &r.summary.id == id));
@@ -330,7 +378,10 @@ pub async fn replay(
     let marked: std::result::Result<Vec<String>, String> = if confirmed.is_empty() {
         Ok(Vec::new())
     } else {
-        store.mark_replayed(&confirmed, &token).await.map_err(|e| e.to_string())
+        store
+            .mark_replayed(&confirmed, &token)
+            .await
+            .map_err(|e| e.to_string())
     };
     for (row, target, result) in results {
         let id = row.summary.id.clone();
@@ -364,7 +415,15 @@ pub async fn replay(
                 (Outcome::Uncertain, detail)
             }
         };
-        history.push(entry(opts, &id, "replay", outcome, &detail, &token, Some(target.to_string())));
+        history.push(entry(
+            opts,
+            &id,
+            "replay",
+            outcome,
+            &detail,
+            &token,
+            Some(target.to_string()),
+        ));
         let mut r = report(&id, outcome, detail);
         r.event_id = row.summary.event_id.clone();
         r.target = Some(target.to_string());
@@ -374,10 +433,7 @@ pub async fn replay(
     if let Err(e) = store.append_history(&history).await {
         tracing::warn!("could not record the history of this replay: {e}");
     }
-    Ok(ids
-        .iter()
-        .filter_map(|id| reports.remove(id))
-        .collect())
+    Ok(ids.iter().filter_map(|id| reports.remove(id)).collect())
 }
 
 fn entry(

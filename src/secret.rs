@@ -57,11 +57,7 @@ fn percent_decode(s: &str) -> String {
 /// Remove every registered secret, and any `user:password@` userinfo, from `text`.
 pub fn scrub(text: &str) -> String {
     let mut out = text.to_string();
-    for s in registry()
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .iter()
-    {
+    for s in registry().lock().unwrap_or_else(|e| e.into_inner()).iter() {
         if out.contains(s.as_str()) {
             out = out.replace(s.as_str(), "***");
         }

@@ -4,7 +4,8 @@ use crate::error::{DlqError, Result};
 use chrono::{DateTime, Utc};
 use std::time::Duration;
 
-const FORMS: &str = "a duration such as 30s, 30m, 2h or 7d, or an RFC 3339 time such as 2026-11-29T08:00:00Z";
+const FORMS: &str =
+    "a duration such as 30s, 30m, 2h or 7d, or an RFC 3339 time such as 2026-11-29T08:00:00Z";
 
 /// A positive duration such as `30s`, `5m`, `2h`, `7d`, `1h30m`.
 pub fn parse_duration(s: &str) -> Result<Duration> {
@@ -46,7 +47,9 @@ pub fn duration_arg(s: &str) -> std::result::Result<Duration, String> {
 
 /// clap value parser for times (validated now, resolved against the clock later).
 pub fn time_arg(s: &str) -> std::result::Result<String, String> {
-    parse_time(s, Utc::now()).map(|_| s.to_string()).map_err(|e| e.to_string())
+    parse_time(s, Utc::now())
+        .map(|_| s.to_string())
+        .map_err(|e| e.to_string())
 }
 
 #[cfg(test)]
@@ -56,7 +59,10 @@ mod tests {
     #[test]
     fn durations() {
         assert_eq!(parse_duration("30m").unwrap(), Duration::from_secs(1800));
-        assert_eq!(parse_duration("7d").unwrap(), Duration::from_secs(7 * 86400));
+        assert_eq!(
+            parse_duration("7d").unwrap(),
+            Duration::from_secs(7 * 86400)
+        );
         assert!(parse_duration("0s").is_err());
         assert!(parse_duration("soon").is_err());
         assert!(parse_duration("-5m").is_err());
@@ -65,9 +71,14 @@ mod tests {
     #[test]
     fn times() {
         let now = Utc::now();
-        assert_eq!(parse_time("2h", now).unwrap(), now - chrono::Duration::hours(2));
         assert_eq!(
-            parse_time("2026-01-02T03:04:05Z", now).unwrap().to_rfc3339(),
+            parse_time("2h", now).unwrap(),
+            now - chrono::Duration::hours(2)
+        );
+        assert_eq!(
+            parse_time("2026-01-02T03:04:05Z", now)
+                .unwrap()
+                .to_rfc3339(),
             "2026-01-02T03:04:05+00:00"
         );
         let e = parse_time("yesterday", now).unwrap_err().to_string();

@@ -41,8 +41,22 @@ fn happy_path_publishes_once_byte_identical_then_not_replayed() {
         let s = db.show("d1");
         assert_eq!(s["state"], "replayed");
         assert!(s["replayed_at"].is_string());
-        let actions: Vec<(&str, &str)> = s["history"].as_array().unwrap().iter().map(|h| (h["action"].as_str().unwrap(), h["outcome"].as_str().unwrap())).collect();
-        assert_eq!(actions, vec![("claim", "claimed"), ("replay", "replayed")], "{b:?}");
+        let actions: Vec<(&str, &str)> = s["history"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| {
+                (
+                    h["action"].as_str().unwrap(),
+                    h["outcome"].as_str().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            actions,
+            vec![("claim", "claimed"), ("replay", "replayed")],
+            "{b:?}"
+        );
         for h in s["history"].as_array().unwrap() {
             assert_eq!(h["operator"], "tester");
             assert!(h["at"].is_string());
@@ -51,8 +65,19 @@ fn happy_path_publishes_once_byte_identical_then_not_replayed() {
         let again = db.dlq(&["replay", "d1", "--yes"]);
         assert_eq!(again.code, 3, "{}", again.all());
         assert_eq!(again.json()["outcome"], "not_replayed");
-        assert!(again.json()["detail"].as_str().unwrap().contains("already replayed"), "{}", again.stdout);
-        assert_eq!(rabbit.drain(&q).len(), 0, "nothing published the second time");
+        assert!(
+            again.json()["detail"]
+                .as_str()
+                .unwrap()
+                .contains("already replayed"),
+            "{}",
+            again.stdout
+        );
+        assert_eq!(
+            rabbit.drain(&q).len(),
+            0,
+            "nothing published the second time"
+        );
     }
 }
 
@@ -119,8 +144,20 @@ fn exchange_and_routing_key_overrides_and_missing_target() {
     db.add(l);
     let r = db.dlq(&["replay", "d1", "--yes"]);
     assert_eq!(r.code, 2, "no target: {}", r.all());
-    assert_eq!(db.show("d1")["history"], serde_json::json!([]), "nothing claimed");
-    let r = db.dlq(&["replay", "d1", "--yes", "--exchange", &x, "--routing-key", "rk.1"]);
+    assert_eq!(
+        db.show("d1")["history"],
+        serde_json::json!([]),
+        "nothing claimed"
+    );
+    let r = db.dlq(&[
+        "replay",
+        "d1",
+        "--yes",
+        "--exchange",
+        &x,
+        "--routing-key",
+        "rk.1",
+    ]);
     assert_eq!(r.code, 0, "{}", r.all());
     assert_eq!(rabbit.drain(&q).len(), 1);
 }
@@ -143,9 +180,20 @@ fn sixteen_concurrent_replays_publish_exactly_once() {
                     .unwrap()
             })
             .collect();
-        let codes: Vec<i32> = children.into_iter().map(|c| c.wait_with_output().unwrap().status.code().unwrap()).collect();
-        assert_eq!(codes.iter().filter(|c| **c == 0).count(), 1, "{b:?}: {codes:?}");
-        assert_eq!(codes.iter().filter(|c| **c == 3).count(), 15, "{b:?}: {codes:?}");
+        let codes: Vec<i32> = children
+            .into_iter()
+            .map(|c| c.wait_with_output().unwrap().status.code().unwrap())
+            .collect();
+        assert_eq!(
+            codes.iter().filter(|c| **c == 0).count(),
+            1,
+            "{b:?}: {codes:?}"
+        );
+        assert_eq!(
+            codes.iter().filter(|c| **c == 3).count(),
+            15,
+            "{b:?}: {codes:?}"
+        );
         assert_eq!(rabbit.drain(&q).len(), 1, "{b:?}: one message");
     }
 }
@@ -157,7 +205,10 @@ fn leases_guard_claim_replay_release() {
         let q = rabbit.queue("dlq_lease");
         let db = TestDb::migrated(b);
         db.add(letter("d1", &q, BODY));
-        let a = db.dlq_env(&["claim", "d1", "--lease", "5m"], &[("DLQ_OPERATOR", "alice")]);
+        let a = db.dlq_env(
+            &["claim", "d1", "--lease", "5m"],
+            &[("DLQ_OPERATOR", "alice")],
+        );
         assert_eq!(a.code, 0, "{}", a.all());
         let aj = a.json();
         assert_eq!(aj["outcome"], "claimed");
@@ -169,39 +220,77 @@ fn leases_guard_claim_replay_release() {
         let b_claim = db.dlq_env(&["claim", "d1"], &[("DLQ_OPERATOR", "bob")]);
         assert_eq!(b_claim.code, 3);
         assert_eq!(b_claim.json()["outcome"], "not_claimed");
-        assert!(b_claim.json()["detail"].as_str().unwrap().contains("alice"), "{}", b_claim.stdout);
+        assert!(
+            b_claim.json()["detail"].as_str().unwrap().contains("alice"),
+            "{}",
+            b_claim.stdout
+        );
         let b_replay = db.dlq_env(&["replay", "d1", "--yes"], &[("DLQ_OPERATOR", "bob")]);
         assert_eq!(b_replay.code, 3, "{}", b_replay.all());
-        assert!(b_replay.json()["detail"].as_str().unwrap().contains("claimed by alice"));
-        let b_release = db.dlq_env(&["release", "d1", "--token", "bob:00000000-0000-4000-8000-000000000000"], &[("DLQ_OPERATOR", "bob")]);
+        assert!(b_replay.json()["detail"]
+            .as_str()
+            .unwrap()
+            .contains("claimed by alice"));
+        let b_release = db.dlq_env(
+            &[
+                "release",
+                "d1",
+                "--token",
+                "bob:00000000-0000-4000-8000-000000000000",
+            ],
+            &[("DLQ_OPERATOR", "bob")],
+        );
         assert_eq!(b_release.code, 3);
         assert_eq!(b_release.json()["outcome"], "not_released");
-        let b_token_replay = db.dlq_env(&["replay", "d1", "--yes", "--token", "bob:x"], &[("DLQ_OPERATOR", "bob")]);
+        let b_token_replay = db.dlq_env(
+            &["replay", "d1", "--yes", "--token", "bob:x"],
+            &[("DLQ_OPERATOR", "bob")],
+        );
         assert_eq!(b_token_replay.code, 3);
         assert_eq!(rabbit.count(&q), 0);
 
         // A's token replays.
-        let r = db.dlq_env(&["replay", "d1", "--yes", "--token", &token_a], &[("DLQ_OPERATOR", "alice")]);
+        let r = db.dlq_env(
+            &["replay", "d1", "--yes", "--token", &token_a],
+            &[("DLQ_OPERATOR", "alice")],
+        );
         assert_eq!(r.code, 0, "{}", r.all());
         assert_eq!(rabbit.drain(&q).len(), 1);
 
         // A short lease lapses and B takes over; A's stale token can neither mark nor release.
         db.add(letter("d2", &q, BODY));
-        let a = db.dlq_env(&["claim", "d2", "--lease", "1s"], &[("DLQ_OPERATOR", "alice")]).json();
+        let a = db
+            .dlq_env(
+                &["claim", "d2", "--lease", "1s"],
+                &[("DLQ_OPERATOR", "alice")],
+            )
+            .json();
         let stale = a["token"].as_str().unwrap().to_string();
         std::thread::sleep(Duration::from_millis(1300));
-        let bc = db.dlq_env(&["claim", "d2", "--lease", "5m"], &[("DLQ_OPERATOR", "bob")]);
+        let bc = db.dlq_env(
+            &["claim", "d2", "--lease", "5m"],
+            &[("DLQ_OPERATOR", "bob")],
+        );
         assert_eq!(bc.code, 0, "{}", bc.all());
         let token_b = bc.json()["token"].as_str().unwrap().to_string();
-        let r = db.dlq_env(&["release", "d2", "--token", &stale], &[("DLQ_OPERATOR", "alice")]);
+        let r = db.dlq_env(
+            &["release", "d2", "--token", &stale],
+            &[("DLQ_OPERATOR", "alice")],
+        );
         assert_eq!(r.code, 3, "stale release: {}", r.all());
-        let r = db.dlq_env(&["replay", "d2", "--yes", "--token", &stale], &[("DLQ_OPERATOR", "alice")]);
+        let r = db.dlq_env(
+            &["replay", "d2", "--yes", "--token", &stale],
+            &[("DLQ_OPERATOR", "alice")],
+        );
         assert_eq!(r.code, 3, "stale replay: {}", r.all());
         assert_eq!(rabbit.count(&q), 0);
         let s = db.show("d2");
         assert_eq!(s["state"], "claimed");
         assert_eq!(s["replay_claim_owner"], token_b.as_str());
-        let r = db.dlq_env(&["release", "d2", "--token", &token_b], &[("DLQ_OPERATOR", "bob")]);
+        let r = db.dlq_env(
+            &["release", "d2", "--token", &token_b],
+            &[("DLQ_OPERATOR", "bob")],
+        );
         assert_eq!(r.code, 0, "{}", r.all());
         assert_eq!(r.json()["outcome"], "released");
         assert_eq!(db.show("d2")["state"], "pending");
@@ -226,8 +315,15 @@ fn unroutable_is_publish_failed_and_released() {
         assert!(j["detail"].as_str().unwrap().contains("NO_ROUTE"), "{j}");
         let s = db.show("d1");
         assert_eq!(s["state"], "pending");
-        assert_eq!(s["replay_claim_owner"], serde_json::Value::Null, "claim released");
-        assert!(s["last_replay_error"].as_str().unwrap().contains("NO_ROUTE"));
+        assert_eq!(
+            s["replay_claim_owner"],
+            serde_json::Value::Null,
+            "claim released"
+        );
+        assert!(s["last_replay_error"]
+            .as_str()
+            .unwrap()
+            .contains("NO_ROUTE"));
     }
 }
 
@@ -236,7 +332,10 @@ fn nack_from_a_full_queue_is_publish_failed() {
     let mut rabbit = Rabbit::new();
     let mut args = FieldTable::default();
     args.insert("x-max-length".into(), AMQPValue::LongLongInt(0));
-    args.insert("x-overflow".into(), AMQPValue::LongString("reject-publish".into()));
+    args.insert(
+        "x-overflow".into(),
+        AMQPValue::LongString("reject-publish".into()),
+    );
     let q = rabbit.queue_with("dlq_full", args);
     let db = TestDb::migrated(Backend::Postgres);
     db.add(letter("d1", &q, BODY));
@@ -250,7 +349,11 @@ fn nack_from_a_full_queue_is_publish_failed() {
 fn broker_unreachable_wrong_password_missing_vhost_fail_fast_without_secrets() {
     let canary = "Canary-Pa55-7f3e";
     let db = TestDb::migrated(Backend::Sqlite);
-    let dead_port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let dead_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     for (i, url) in [
         format!("amqp://guest:{canary}@127.0.0.1:{dead_port}/%2f"),
         format!("amqp://guest:{canary}@127.0.0.1:5672/%2f"),
@@ -262,7 +365,10 @@ fn broker_unreachable_wrong_password_missing_vhost_fail_fast_without_secrets() {
         let id = format!("d{i}");
         db.add(letter(&id, "q", BODY));
         let started = Instant::now();
-        let r = db.dlq_env(&["replay", &id, "--yes", "--connect-timeout", "3s", "-vv"], &[("DLQ_AMQP_URL", url)]);
+        let r = db.dlq_env(
+            &["replay", &id, "--yes", "--connect-timeout", "3s", "-vv"],
+            &[("DLQ_AMQP_URL", url)],
+        );
         assert!(started.elapsed() < Duration::from_secs(20));
         assert_eq!(r.code, 5, "{url}: {}", r.all());
         assert_eq!(r.json()["outcome"], "publish_failed");
@@ -273,10 +379,19 @@ fn broker_unreachable_wrong_password_missing_vhost_fail_fast_without_secrets() {
     }
     // A malformed URL is a usage error and never echoes the password.
     db.add(letter("m", "q", BODY));
-    let r = db.dlq_env(&["replay", "m", "--yes"], &[("DLQ_AMQP_URL", &format!("amqp://guest:{canary}@127.0.0.1:notaport/%2f"))]);
+    let r = db.dlq_env(
+        &["replay", "m", "--yes"],
+        &[(
+            "DLQ_AMQP_URL",
+            &format!("amqp://guest:{canary}@127.0.0.1:notaport/%2f"),
+        )],
+    );
     assert_eq!(r.code, 2, "{}", r.all());
     assert!(!r.all().contains(canary), "{}", r.all());
-    let r = db.dlq_env(&["replay", "m", "--yes"], &[("DLQ_AMQP_URL", "amqp://guest@127.0.0.1:5672/%2f")]);
+    let r = db.dlq_env(
+        &["replay", "m", "--yes"],
+        &[("DLQ_AMQP_URL", "amqp://guest@127.0.0.1:5672/%2f")],
+    );
     assert_eq!(r.code, 2, "user without password: {}", r.all());
 }
 
@@ -290,14 +405,24 @@ fn connection_cut_before_the_confirm_is_uncertain_and_keeps_the_claim() {
         db.add(letter("d1", &q, BODY));
         let url = format!("amqp://guest:guest@{}/%2f", proxy.addr());
         let started = Instant::now();
-        let r = db.dlq_env(&["replay", "d1", "--yes", "--confirm-timeout", "5s"], &[("DLQ_AMQP_URL", &url)]);
+        let r = db.dlq_env(
+            &["replay", "d1", "--yes", "--confirm-timeout", "5s"],
+            &[("DLQ_AMQP_URL", &url)],
+        );
         assert!(started.elapsed() < Duration::from_secs(15));
         assert_eq!(r.code, 6, "{b:?}: {}", r.all());
         assert_eq!(r.json()["outcome"], "uncertain");
         let s = db.show("d1");
         assert_eq!(s["state"], "claimed", "claim kept until the lease lapses");
         assert_eq!(s["replayed_at"], serde_json::Value::Null, "not marked");
-        assert!(s["last_replay_error"].as_str().unwrap().contains("may or may not"), "{}", s["last_replay_error"]);
+        assert!(
+            s["last_replay_error"]
+                .as_str()
+                .unwrap()
+                .contains("may or may not"),
+            "{}",
+            s["last_replay_error"]
+        );
         assert_eq!(rabbit.drain(&q).len(), 1, "the broker did get it");
         // Nobody replays it again at once.
         let again = db.dlq(&["replay", "d1", "--yes"]);
@@ -314,10 +439,20 @@ fn broker_silent_after_publish_is_uncertain_within_the_timeout() {
     db.add(letter("d1", &q, BODY));
     let url = format!("amqp://guest:guest@{}/%2f", proxy.addr());
     let started = Instant::now();
-    let r = db.dlq_env(&["replay", "d1", "--yes", "--confirm-timeout", "2s"], &[("DLQ_AMQP_URL", &url)]);
-    assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
+    let r = db.dlq_env(
+        &["replay", "d1", "--yes", "--confirm-timeout", "2s"],
+        &[("DLQ_AMQP_URL", &url)],
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
     assert_eq!(r.code, 6, "{}", r.all());
-    assert!(r.json()["detail"].as_str().unwrap().contains("no publisher confirm"));
+    assert!(r.json()["detail"]
+        .as_str()
+        .unwrap()
+        .contains("no publisher confirm"));
     assert_eq!(db.show("d1")["state"], "claimed");
 }
 
@@ -328,7 +463,10 @@ fn database_lost_after_the_confirm_is_uncertain_and_published_once() {
     let db = TestDb::migrated(Backend::Postgres);
     db.add(letter("d1", &q, BODY));
     let pg_proxy = Proxy::start("127.0.0.1:5432", OnServerBytes::Nothing);
-    let amqp_proxy = Proxy::start("127.0.0.1:5672", OnServerBytes::CutOther(BASIC_ACK.to_vec(), pg_proxy.cut.clone()));
+    let amqp_proxy = Proxy::start(
+        "127.0.0.1:5672",
+        OnServerBytes::CutOther(BASIC_ACK.to_vec(), pg_proxy.cut.clone()),
+    );
     let db_url = db.url.replace("127.0.0.1:5432", &pg_proxy.addr());
     let amqp_url = format!("amqp://guest:guest@{}/%2f", amqp_proxy.addr());
     let r = db.dlq_env(
@@ -338,7 +476,10 @@ fn database_lost_after_the_confirm_is_uncertain_and_published_once() {
     assert_eq!(r.code, 6, "{}", r.all());
     let j = r.json();
     assert_eq!(j["outcome"], "uncertain");
-    assert!(j["detail"].as_str().unwrap().contains("WAS published"), "{j}");
+    assert!(
+        j["detail"].as_str().unwrap().contains("WAS published"),
+        "{j}"
+    );
     assert_eq!(rabbit.drain(&q).len(), 1, "published once");
     let s = db.show("d1");
     assert_eq!(s["replayed_at"], serde_json::Value::Null, "not marked");

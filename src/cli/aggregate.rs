@@ -21,7 +21,9 @@ pub struct AggregateArgs {
 pub struct DimList(pub Vec<Dimension>);
 
 fn parse_by(s: &str) -> Result<DimList, String> {
-    Dimension::parse_list(s).map(DimList).map_err(|e| e.to_string())
+    Dimension::parse_list(s)
+        .map(DimList)
+        .map_err(|e| e.to_string())
 }
 
 fn key_text(k: &GroupKey) -> String {
@@ -44,7 +46,9 @@ pub async fn run(ctx: &Ctx, args: AggregateArgs) -> Result<u8> {
                     let mut m = Map::new();
                     for (d, k) in &g.keys {
                         let v = match k {
-                            GroupKey::Text(s) => s.clone().map(Value::String).unwrap_or(Value::Null),
+                            GroupKey::Text(s) => {
+                                s.clone().map(Value::String).unwrap_or(Value::Null)
+                            }
                             GroupKey::Time(t) => Value::String(time(*t)),
                         };
                         m.insert(d.name().into(), v);
@@ -61,8 +65,19 @@ pub async fn run(ctx: &Ctx, args: AggregateArgs) -> Result<u8> {
             ctx.out.json(&rows);
         }
         Format::Table | Format::Markdown => {
-            let mut header: Vec<String> = args.by.0.iter().map(|d| d.name().to_uppercase()).collect();
-            header.extend(["COUNT", "PENDING", "CLAIMED", "REPLAYED", "FIRST SEEN", "LAST SEEN"].map(String::from));
+            let mut header: Vec<String> =
+                args.by.0.iter().map(|d| d.name().to_uppercase()).collect();
+            header.extend(
+                [
+                    "COUNT",
+                    "PENDING",
+                    "CLAIMED",
+                    "REPLAYED",
+                    "FIRST SEEN",
+                    "LAST SEEN",
+                ]
+                .map(String::from),
+            );
             let rows = groups
                 .iter()
                 .map(|g| {

@@ -43,8 +43,16 @@ impl FilterArgs {
                 validate_filter_value(name, v)?;
             }
         }
-        let since = self.since.as_deref().map(|s| parse_time(s, now)).transpose()?;
-        let until = self.until.as_deref().map(|s| parse_time(s, now)).transpose()?;
+        let since = self
+            .since
+            .as_deref()
+            .map(|s| parse_time(s, now))
+            .transpose()?;
+        let until = self
+            .until
+            .as_deref()
+            .map(|s| parse_time(s, now))
+            .transpose()?;
         if let (Some(s), Some(u)) = (since, until) {
             if s >= u {
                 return Err(dlq::DlqError::usage("--since must be before --until"));

@@ -19,9 +19,8 @@ pub async fn run(ctx: &Ctx, args: ImportArgs) -> Result<u8> {
     let rows = if args.file.as_os_str() == "-" {
         dlq::import::read_lines(std::io::stdin().lock())?
     } else {
-        let f = std::fs::File::open(&args.file).map_err(|e| {
-            DlqError::usage(format!("cannot open {}: {e}", args.file.display()))
-        })?;
+        let f = std::fs::File::open(&args.file)
+            .map_err(|e| DlqError::usage(format!("cannot open {}: {e}", args.file.display())))?;
         dlq::import::read_lines(BufReader::new(f))?
     };
     let store = ctx.store().await?;

@@ -22,9 +22,18 @@ pub async fn run(ctx: &Ctx, args: ListArgs) -> Result<u8> {
     match ctx.format {
         Format::Json => ctx.out.json(&rows),
         Format::Table | Format::Markdown => {
-            let header = ["ID", "DEAD-LETTERED", "REASON", "PRODUCER", "SCHEMA", "ATTEMPTS", "STATE", "ERROR"]
-                .map(String::from)
-                .to_vec();
+            let header = [
+                "ID",
+                "DEAD-LETTERED",
+                "REASON",
+                "PRODUCER",
+                "SCHEMA",
+                "ATTEMPTS",
+                "STATE",
+                "ERROR",
+            ]
+            .map(String::from)
+            .to_vec();
             let body = rows
                 .iter()
                 .map(|r| {

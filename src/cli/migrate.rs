@@ -20,7 +20,9 @@ pub async fn run(ctx: &Ctx, _args: MigrateArgs) -> Result<u8> {
             "applied": applied,
         })),
         _ if applied.is_empty() => ctx.out.text(&format!("{url}: schema is up to date\n")),
-        _ => ctx.out.text(&format!("{url}: applied {}\n", applied.join(", "))),
+        _ => ctx
+            .out
+            .text(&format!("{url}: applied {}\n", applied.join(", "))),
     }
     Ok(dlq::exit::OK)
 }

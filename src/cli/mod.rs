@@ -48,16 +48,38 @@ pub enum Format {
 #[derive(Debug, Args)]
 pub struct GlobalOpts {
     /// Database URL: postgres://USER@HOST/DB or sqlite://FILE
-    #[arg(long, global = true, env = "DLQ_DATABASE_URL", hide_env_values = true, default_value = "sqlite://dlq.db")]
+    #[arg(
+        long,
+        global = true,
+        env = "DLQ_DATABASE_URL",
+        hide_env_values = true,
+        default_value = "sqlite://dlq.db"
+    )]
     pub database_url: String,
     /// Read the database URL from this file (keeps the password out of the process list)
-    #[arg(long, global = true, env = "DLQ_DATABASE_URL_FILE", conflicts_with = "database_url")]
+    #[arg(
+        long,
+        global = true,
+        env = "DLQ_DATABASE_URL_FILE",
+        conflicts_with = "database_url"
+    )]
     pub database_url_file: Option<std::path::PathBuf>,
     /// RabbitMQ URL: amqp://USER:PASSWORD@HOST:PORT/VHOST
-    #[arg(long, global = true, env = "DLQ_AMQP_URL", hide_env_values = true, default_value = "amqp://guest:guest@127.0.0.1:5672/%2f")]
+    #[arg(
+        long,
+        global = true,
+        env = "DLQ_AMQP_URL",
+        hide_env_values = true,
+        default_value = "amqp://guest:guest@127.0.0.1:5672/%2f"
+    )]
     pub amqp_url: String,
     /// Read the AMQP URL from this file
-    #[arg(long, global = true, env = "DLQ_AMQP_URL_FILE", conflicts_with = "amqp_url")]
+    #[arg(
+        long,
+        global = true,
+        env = "DLQ_AMQP_URL_FILE",
+        conflicts_with = "amqp_url"
+    )]
     pub amqp_url_file: Option<std::path::PathBuf>,
     /// Who is acting, recorded in history and claim tokens [default: your login name]
     #[arg(long, global = true, env = "DLQ_OPERATOR")]
@@ -112,7 +134,10 @@ pub struct Ctx {
 
 fn read_url_file(path: &std::path::Path, what: &str) -> Result<String> {
     let text = std::fs::read_to_string(path).map_err(|e| {
-        DlqError::usage(format!("cannot read the {what} file {}: {e}", path.display()))
+        DlqError::usage(format!(
+            "cannot read the {what} file {}: {e}",
+            path.display()
+        ))
     })?;
     Ok(text.trim().to_string())
 }
@@ -232,22 +257,27 @@ pub fn main() -> u8 {
     let _ = SecretUrl::new(cli.global.database_url.clone());
     let _ = SecretUrl::new(cli.global.amqp_url.clone());
     if SecretUrl::new(cli.global.amqp_url.clone()).has_password()
-        && std::env::args().any(|a| a.starts_with("--amqp-url") && !a.starts_with("--amqp-url-file"))
+        && std::env::args()
+            .any(|a| a.starts_with("--amqp-url") && !a.starts_with("--amqp-url-file"))
         && std::env::var("DLQ_AMQP_URL").is_err()
     {
         eprintln!("dlq: warning: a password given in --amqp-url is visible to other users of this machine; prefer DLQ_AMQP_URL or --amqp-url-file");
     }
     if SecretUrl::new(cli.global.database_url.clone()).has_password()
-        && std::env::args().any(|a| a.starts_with("--database-url") && !a.starts_with("--database-url-file"))
+        && std::env::args()
+            .any(|a| a.starts_with("--database-url") && !a.starts_with("--database-url-file"))
     {
         eprintln!("dlq: warning: a password given in --database-url is visible to other users of this machine; prefer DLQ_DATABASE_URL or --database-url-file");
     }
     init_logging(cli.global.verbose);
-    let format = cli.global.output.unwrap_or(if std::io::stdout().is_terminal() {
-        Format::Table
-    } else {
-        Format::Json
-    });
+    let format = cli
+        .global
+        .output
+        .unwrap_or(if std::io::stdout().is_terminal() {
+            Format::Table
+        } else {
+            Format::Json
+        });
     let ctx = Ctx {
         global: cli.global,
         format,

@@ -25,7 +25,14 @@ pub async fn run(ctx: &Ctx, args: PlanArgs) -> Result<u8> {
     if filter.state == dlq::model::StateFilter::All {
         filter.state = dlq::model::StateFilter::Pending;
     }
-    let plan = make_plan(store.as_ref(), filter, args.limit, args.allow_mixed, &operator).await?;
+    let plan = make_plan(
+        store.as_ref(),
+        filter,
+        args.limit,
+        args.allow_mixed,
+        &operator,
+    )
+    .await?;
     store.close().await;
     ctx.out.json(&plan);
     eprintln!(

@@ -32,7 +32,11 @@ pub async fn run(ctx: &Ctx, args: ReleaseArgs) -> Result<u8> {
             expires_at: None,
         }
     } else {
-        match store.summaries(std::slice::from_ref(&args.id)).await?.first() {
+        match store
+            .summaries(std::slice::from_ref(&args.id))
+            .await?
+            .first()
+        {
             None => StepReport {
                 id: args.id.clone(),
                 outcome: Outcome::NotFound,

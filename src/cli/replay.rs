@@ -66,7 +66,11 @@ fn parse_rate(s: &str) -> std::result::Result<f64, String> {
     let secs = match per.trim() {
         "s" | "sec" | "second" => 1.0,
         "m" | "min" | "minute" => 60.0,
-        _ => return Err(format!("invalid rate {s:?}: expected N/s or N/m, such as 20/s")),
+        _ => {
+            return Err(format!(
+                "invalid rate {s:?}: expected N/s or N/m, such as 20/s"
+            ))
+        }
     };
     if !(n.is_finite() && n > 0.0) {
         return Err(format!("invalid rate {s:?}: it must be greater than zero"));
@@ -81,10 +85,11 @@ fn watch_signals() -> Arc<AtomicBool> {
     tokio::spawn(async move {
         #[cfg(unix)]
         {
-            let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(t) => t,
-                Err(_) => return,
-            };
+            let mut term =
+                match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                    Ok(t) => t,
+                    Err(_) => return,
+                };
             tokio::select! {
                 _ = tokio::signal::ctrl_c() => {}
                 _ = term.recv() => {}
@@ -255,7 +260,9 @@ async fn single(
 fn emit_item(ctx: &Ctx, r: &ItemReport) -> u8 {
     match ctx.format {
         Format::Json => ctx.out.json(r),
-        _ => ctx.out.text(&format!("{}: {} ({})\n", r.id, r.outcome, r.detail)),
+        _ => ctx
+            .out
+            .text(&format!("{}: {} ({})\n", r.id, r.outcome, r.detail)),
     }
     r.outcome.exit_code()
 }
@@ -268,7 +275,10 @@ fn read_plan(path: &PathBuf) -> Result<Plan> {
             .map_err(|e| DlqError::usage(format!("cannot read plan {}: {e}", path.display())))?
     };
     let plan: Plan = serde_json::from_str(&text).map_err(|e| {
-        DlqError::usage(format!("{} is not a plan written by `dlq plan`: {e}", path.display()))
+        DlqError::usage(format!(
+            "{} is not a plan written by `dlq plan`: {e}",
+            path.display()
+        ))
     })?;
     for item in &plan.items {
         validate_id(&item.id)?;
@@ -314,8 +324,13 @@ async fn group(
     let mut broker = Broker::new(amqp, publisher_opts, args.rate);
     let progress = (ctx.format != Format::Json && std::io::stderr().is_terminal_stderr())
         .then(|| progress_bar(plan.items.len() as u64));
-    let result = run_plan(store.as_ref(), &mut broker, &plan, &run_opts, &interrupted, |r| {
-        match &progress {
+    let result = run_plan(
+        store.as_ref(),
+        &mut broker,
+        &plan,
+        &run_opts,
+        &interrupted,
+        |r| match &progress {
             Some(pb) => {
                 pb.inc(1);
                 if r.outcome != Outcome::Replayed {
@@ -323,8 +338,8 @@ async fn group(
                 }
             }
             None => ctx.out.json_line(r),
-        }
-    })
+        },
+    )
     .await;
     broker.close().await;
     store.close().await;
@@ -332,7 +347,11 @@ async fn group(
     if let Some(pb) = &progress {
         pb.finish_and_clear();
     }
-    let counts: Vec<String> = summary.counts.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let counts: Vec<String> = summary
+        .counts
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
     match &progress {
         Some(_) => ctx.out.text(&format!(
             "plan {}: {} of {} done ({}){}\n",
@@ -340,17 +359,29 @@ async fn group(
             summary.done,
             summary.total,
             counts.join(", "),
-            summary.stop_detail.as_ref().map(|d| format!("; {d}")).unwrap_or_default()
+            summary
+                .stop_detail
+                .as_ref()
+                .map(|d| format!("; {d}"))
+                .unwrap_or_default()
         )),
-        None => ctx.out.json_line(&serde_json::json!({ "summary": summary })),
+        None => ctx
+            .out
+            .json_line(&serde_json::json!({ "summary": summary })),
     }
     if let Some(d) = &summary.stop_detail {
-        eprintln!("dlq: {d} ({} of {} items done)", summary.done, summary.total);
+        eprintln!(
+            "dlq: {d} ({} of {} items done)",
+            summary.done, summary.total
+        );
     }
     if summary.stopped == Some(StopReason::Interrupted) {
         return Ok(dlq::exit::INTERRUPTED.max(summary.worst.map(|w| w.exit_code()).unwrap_or(0)));
     }
-    Ok(summary.worst.map(|w| w.exit_code()).unwrap_or(dlq::exit::OK))
+    Ok(summary
+        .worst
+        .map(|w| w.exit_code())
+        .unwrap_or(dlq::exit::OK))
 }
 
 trait StderrTerminal {
@@ -365,10 +396,8 @@ impl StderrTerminal for std::io::Stderr {
 fn progress_bar(len: u64) -> indicatif::ProgressBar {
     let pb = indicatif::ProgressBar::new(len);
     pb.set_style(
-        indicatif::ProgressStyle::with_template(
-            "{bar:40} {pos}/{len} {per_sec} eta {eta} {msg}",
-        )
-        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} {per_sec} eta {eta} {msg}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
     pb
 }

@@ -67,16 +67,28 @@ fn render(row: &DeadLetter, history: &[HistoryEntry]) -> String {
     kv("producer:", opt(&s.producer));
     kv("schema version:", opt(&s.schema_version));
     kv("source queue:", opt(&s.source_queue));
-    kv("exchange:", s.exchange.clone().unwrap_or_else(|| "(default exchange)".into()));
+    kv(
+        "exchange:",
+        s.exchange
+            .clone()
+            .unwrap_or_else(|| "(default exchange)".into()),
+    );
     kv(
         "routing key:",
         s.routing_key
             .clone()
-            .or_else(|| s.source_queue.clone().map(|q| format!("{q} (the source queue)")))
+            .or_else(|| {
+                s.source_queue
+                    .clone()
+                    .map(|q| format!("{q} (the source queue)"))
+            })
             .unwrap_or_else(|| "(none: give --routing-key to replay)".into()),
     );
     kv("error:", s.error.clone().unwrap_or_default());
-    kv("replayed at:", s.replayed_at.map(time).unwrap_or_else(|| "-".into()));
+    kv(
+        "replayed at:",
+        s.replayed_at.map(time).unwrap_or_else(|| "-".into()),
+    );
     let lease = match (&s.replay_claim_owner, s.replay_claim_expires_at) {
         (Some(owner), Some(until)) if s.replayed_at.is_none() && until > row.db_now => format!(
             "held by {} until {} ({}s left)",
@@ -92,7 +104,10 @@ fn render(row: &DeadLetter, history: &[HistoryEntry]) -> String {
         _ => "-".into(),
     };
     kv("lease:", lease);
-    kv("last replay err:", s.last_replay_error.clone().unwrap_or_else(|| "-".into()));
+    kv(
+        "last replay err:",
+        s.last_replay_error.clone().unwrap_or_else(|| "-".into()),
+    );
     kv("sha256:", row.sha256());
     kv("body bytes:", row.body.len().to_string());
     out.push_str("\nheaders:\n");
@@ -111,7 +126,10 @@ fn render(row: &DeadLetter, history: &[HistoryEntry]) -> String {
             h.action,
             h.outcome,
             h.detail.as_deref().unwrap_or(""),
-            h.plan_id.as_ref().map(|p| format!(" (plan {p})")).unwrap_or_default()
+            h.plan_id
+                .as_ref()
+                .map(|p| format!(" (plan {p})"))
+                .unwrap_or_default()
         ));
     }
     out
@@ -143,9 +161,20 @@ pub fn render_body(body: &[u8]) -> String {
         let hex: Vec<String> = chunk.iter().map(|b| format!("{b:02x}")).collect();
         let ascii: String = chunk
             .iter()
-            .map(|b| if b.is_ascii_graphic() || *b == b' ' { *b as char } else { '.' })
+            .map(|b| {
+                if b.is_ascii_graphic() || *b == b' ' {
+                    *b as char
+                } else {
+                    '.'
+                }
+            })
             .collect();
-        out.push_str(&format!("{:08x}  {:<48} |{}|\n", i * 16, hex.join(" "), ascii));
+        out.push_str(&format!(
+            "{:08x}  {:<48} |{}|\n",
+            i * 16,
+            hex.join(" "),
+            ascii
+        ));
     }
     out.push_str(&note);
     out

@@ -122,8 +122,12 @@ pub trait Store: Send + Sync {
     async fn mark_replayed(&self, ids: &[String], token: &str) -> Result<Vec<String>>;
     /// Protocol step 4: clears the lease where `token` holds a live one; records `error`
     /// when given. Returns released IDs.
-    async fn release(&self, ids: &[String], token: &str, error: Option<&str>)
-        -> Result<Vec<String>>;
+    async fn release(
+        &self,
+        ids: &[String],
+        token: &str,
+        error: Option<&str>,
+    ) -> Result<Vec<String>>;
     /// Protocol step 5: records why the outcome is unknown, keeping the claim.
     async fn note_uncertain(&self, ids: &[String], token: &str, error: &str) -> Result<()>;
     async fn append_history(&self, entries: &[NewHistory]) -> Result<()>;

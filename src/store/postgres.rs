@@ -83,13 +83,10 @@ fn summary(row: &PgRow) -> std::result::Result<Summary, sqlx::Error> {
 #[async_trait]
 impl Store for PgStore {
     async fn migrate(&self) -> Result<Vec<String>> {
-        let applied: Vec<i64> = match sqlx::query_scalar("SELECT version FROM _sqlx_migrations")
+        let applied: Vec<i64> = sqlx::query_scalar("SELECT version FROM _sqlx_migrations")
             .fetch_all(&self.pool)
             .await
-        {
-            Ok(v) => v,
-            Err(_) => Vec::new(),
-        };
+            .unwrap_or_default();
         MIGRATOR.run(&self.pool).await.map_err(|e| {
             DlqError::other(format!(
                 "migration failed: {}",
@@ -123,12 +120,17 @@ impl Store for PgStore {
     }
 
     async fn list(&self, filter: &Filter, limit: i64) -> Result<(Vec<Summary>, i64)> {
-        let mut qb = QueryBuilder::new(format!("SELECT {} FROM dead_letters", summary_columns(NOW)));
+        let mut qb =
+            QueryBuilder::new(format!("SELECT {} FROM dead_letters", summary_columns(NOW)));
         push_filter!(qb, filter, NOW, |t: DateTime<Utc>| t);
         qb.push(" ORDER BY dead_lettered_at DESC, id LIMIT ");
         qb.push_bind(limit);
         let rows = qb.build().fetch_all(&self.pool).await.map_err(db_error)?;
-        let items = rows.iter().map(summary).collect::<Result<Vec<_>, _>>().map_err(db_error)?;
+        let items = rows
+            .iter()
+            .map(summary)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(db_error)?;
         let total = if (items.len() as i64) < limit {
             items.len() as i64
         } else {
@@ -226,7 +228,10 @@ impl Store for PgStore {
         .fetch_all(&self.pool)
         .await
         .map_err(db_error)?;
-        rows.iter().map(summary).collect::<Result<_, _>>().map_err(db_error)
+        rows.iter()
+            .map(summary)
+            .collect::<Result<_, _>>()
+            .map_err(db_error)
     }
 
     async fn history(&self, id: &str) -> Result<Vec<HistoryEntry>> {
@@ -266,7 +271,10 @@ impl Store for PgStore {
                 if skip_existing { " ON CONFLICT (id) DO NOTHING" } else { "" }
             );
             let attempts = i32::try_from(r.attempts).map_err(|_| {
-                DlqError::usage(format!("line {}: field attempts: {} is out of range", r.line, r.attempts))
+                DlqError::usage(format!(
+                    "line {}: field attempts: {} is out of range",
+                    r.line, r.attempts
+                ))
             })?;
             let res = sqlx::query(&sql)
                 .bind(&r.id)
@@ -291,7 +299,9 @@ impl Store for PgStore {
             match res {
                 Ok(done) if done.rows_affected() == 0 => report.skipped_existing += 1,
                 Ok(_) => report.imported += 1,
-                Err(e) if e.as_database_error().and_then(|d| d.code()).as_deref() == Some("23505") => {
+                Err(e)
+                    if e.as_database_error().and_then(|d| d.code()).as_deref() == Some("23505") =>
+                {
                     return Err(DlqError::usage(format!(
                         "line {}: field id: a dead letter with id {:?} already exists (nothing was imported; use --skip-existing to keep the existing rows)",
                         r.line, r.id

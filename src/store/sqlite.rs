@@ -156,8 +156,10 @@ impl Store for SqliteStore {
     }
 
     async fn list(&self, filter: &Filter, limit: i64) -> Result<(Vec<Summary>, i64)> {
-        let mut qb =
-            QueryBuilder::new(format!("SELECT {} FROM dead_letters", summary_columns(NOW_MS)));
+        let mut qb = QueryBuilder::new(format!(
+            "SELECT {} FROM dead_letters",
+            summary_columns(NOW_MS)
+        ));
         push_filter!(qb, filter, NOW_MS, to_ms);
         qb.push(" ORDER BY dead_lettered_at DESC, id LIMIT ");
         qb.push_bind(limit);
@@ -185,7 +187,11 @@ impl Store for SqliteStore {
             .iter()
             .map(|d| {
                 dimension_expr(*d, |unit| {
-                    let size = if unit == "hour" { 3_600_000 } else { 86_400_000 };
+                    let size = if unit == "hour" {
+                        3_600_000
+                    } else {
+                        86_400_000
+                    };
                     format!("(dead_lettered_at / {size}) * {size}")
                 })
             })

@@ -47,8 +47,13 @@ impl TestDb {
             Backend::Postgres => {
                 let name = unique("dlq_t");
                 rt().block_on(async {
-                    let pool = sqlx::PgPool::connect(PG_ADMIN).await.expect("PostgreSQL at 127.0.0.1:5432");
-                    sqlx::query(&format!("CREATE DATABASE {name}")).execute(&pool).await.unwrap();
+                    let pool = sqlx::PgPool::connect(PG_ADMIN)
+                        .await
+                        .expect("PostgreSQL at 127.0.0.1:5432");
+                    sqlx::query(&format!("CREATE DATABASE {name}"))
+                        .execute(&pool)
+                        .await
+                        .unwrap();
                     pool.close().await;
                 });
                 TestDb {
@@ -61,7 +66,12 @@ impl TestDb {
             Backend::Sqlite => {
                 let dir = tempfile::tempdir().unwrap();
                 let url = format!("sqlite://{}", dir.path().join("dlq.db").display());
-                TestDb { backend, url, pg_name: None, _dir: Some(dir) }
+                TestDb {
+                    backend,
+                    url,
+                    pg_name: None,
+                    _dir: Some(dir),
+                }
             }
         }
     }
@@ -124,14 +134,22 @@ impl TestDb {
                 Backend::Postgres => {
                     let pool = sqlx::PgPool::connect(&url).await.unwrap();
                     for s in stmts {
-                        sqlx::query(&s).execute(&pool).await.unwrap_or_else(|e| panic!("{s}: {e}"));
+                        sqlx::query(&s)
+                            .execute(&pool)
+                            .await
+                            .unwrap_or_else(|e| panic!("{s}: {e}"));
                     }
                     pool.close().await;
                 }
                 Backend::Sqlite => {
-                    let pool = sqlx::SqlitePool::connect(&format!("{url}?mode=rwc")).await.unwrap();
+                    let pool = sqlx::SqlitePool::connect(&format!("{url}?mode=rwc"))
+                        .await
+                        .unwrap();
                     for s in stmts {
-                        sqlx::query(&s).execute(&pool).await.unwrap_or_else(|e| panic!("{s}: {e}"));
+                        sqlx::query(&s)
+                            .execute(&pool)
+                            .await
+                            .unwrap_or_else(|e| panic!("{s}: {e}"));
                     }
                     pool.close().await;
                 }
@@ -219,8 +237,12 @@ impl From<Output> for Run {
 
 impl Run {
     pub fn json(&self) -> serde_json::Value {
-        serde_json::from_str(&self.stdout)
-            .unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {}\nstderr: {}", self.stdout, self.stderr))
+        serde_json::from_str(&self.stdout).unwrap_or_else(|e| {
+            panic!(
+                "stdout is not JSON ({e}): {}\nstderr: {}",
+                self.stdout, self.stderr
+            )
+        })
     }
     pub fn lines(&self) -> Vec<serde_json::Value> {
         self.stdout
@@ -263,7 +285,13 @@ impl Rabbit {
             let channel = conn.create_channel().await.unwrap();
             (conn, channel)
         });
-        Rabbit { rt, conn, channel, queues: vec![], exchanges: vec![] }
+        Rabbit {
+            rt,
+            conn,
+            channel,
+            queues: vec![],
+            exchanges: vec![],
+        }
     }
 
     pub fn queue_with(&mut self, prefix: &str, args: FieldTable) -> String {
@@ -271,7 +299,10 @@ impl Rabbit {
         self.rt
             .block_on(self.channel.queue_declare(
                 name.as_str().into(),
-                QueueDeclareOptions { durable: true, ..Default::default() },
+                QueueDeclareOptions {
+                    durable: true,
+                    ..Default::default()
+                },
                 args,
             ))
             .unwrap();
@@ -324,7 +355,7 @@ impl Rabbit {
                 let headers = props
                     .headers()
                     .as_ref()
-                    .map(|h| field_table_json(h))
+                    .map(field_table_json)
                     .unwrap_or_default();
                 out.push(Received {
                     body: msg.delivery.data.clone(),
@@ -342,7 +373,10 @@ impl Rabbit {
         self.rt
             .block_on(self.channel.queue_declare(
                 queue.into(),
-                QueueDeclareOptions { passive: true, ..Default::default() },
+                QueueDeclareOptions {
+                    passive: true,
+                    ..Default::default()
+                },
                 FieldTable::default(),
             ))
             .unwrap()
@@ -353,7 +387,13 @@ impl Rabbit {
         self.rt
             .block_on(async {
                 self.channel
-                    .basic_publish("".into(), queue.into(), BasicPublishOptions::default(), body, BasicProperties::default())
+                    .basic_publish(
+                        "".into(),
+                        queue.into(),
+                        BasicPublishOptions::default(),
+                        body,
+                        BasicProperties::default(),
+                    )
                     .await
             })
             .unwrap();
@@ -367,10 +407,14 @@ impl Drop for Rabbit {
         let xs = std::mem::take(&mut self.exchanges);
         self.rt.block_on(async move {
             for q in qs {
-                let _ = ch.queue_delete(q.as_str().into(), QueueDeleteOptions::default()).await;
+                let _ = ch
+                    .queue_delete(q.as_str().into(), QueueDeleteOptions::default())
+                    .await;
             }
             for x in xs {
-                let _ = ch.exchange_delete(x.as_str().into(), ExchangeDeleteOptions::default()).await;
+                let _ = ch
+                    .exchange_delete(x.as_str().into(), ExchangeDeleteOptions::default())
+                    .await;
             }
         });
         let _ = self.rt.block_on(self.conn.close(200, "bye".into()));
@@ -387,7 +431,9 @@ fn field_table_json(t: &FieldTable) -> serde_json::Map<String, serde_json::Value
 fn amqp_json(v: &lapin::types::AMQPValue) -> serde_json::Value {
     use lapin::types::AMQPValue::*;
     match v {
-        LongString(s) => serde_json::Value::String(String::from_utf8_lossy(s.as_bytes()).into_owned()),
+        LongString(s) => {
+            serde_json::Value::String(String::from_utf8_lossy(s.as_bytes()).into_owned())
+        }
         ShortString(s) => serde_json::Value::String(s.as_str().to_string()),
         Boolean(b) => (*b).into(),
         LongLongInt(i) => (*i).into(),
@@ -433,11 +479,17 @@ impl Proxy {
         std_listener.set_nonblocking(true).unwrap();
         let (c2, n2) = (cut.clone(), connections.clone());
         let thread = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .unwrap();
             rt.block_on(async move {
                 let listener = tokio::net::TcpListener::from_std(std_listener).unwrap();
                 loop {
-                    let Ok((client, _)) = listener.accept().await else { continue };
+                    let Ok((client, _)) = listener.accept().await else {
+                        continue;
+                    };
                     n2.fetch_add(1, Ordering::SeqCst);
                     if c2.load(Ordering::SeqCst) {
                         drop(client);
@@ -445,13 +497,20 @@ impl Proxy {
                     }
                     let (up, cut, hook) = (upstream.clone(), c2.clone(), hook.clone());
                     tokio::spawn(async move {
-                        let Ok(server) = tokio::net::TcpStream::connect(&up).await else { return };
+                        let Ok(server) = tokio::net::TcpStream::connect(&up).await else {
+                            return;
+                        };
                         pipe(client, server, cut, hook).await;
                     });
                 }
             });
         });
-        Proxy { port, cut, connections, _thread: thread }
+        Proxy {
+            port,
+            cut,
+            connections,
+            _thread: thread,
+        }
     }
 
     pub fn addr(&self) -> String {
@@ -459,7 +518,12 @@ impl Proxy {
     }
 }
 
-async fn pipe(client: tokio::net::TcpStream, server: tokio::net::TcpStream, cut: Arc<AtomicBool>, hook: OnServerBytes) {
+async fn pipe(
+    client: tokio::net::TcpStream,
+    server: tokio::net::TcpStream,
+    cut: Arc<AtomicBool>,
+    hook: OnServerBytes,
+) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let (mut cr, mut cw) = client.into_split();
     let (mut sr, mut sw) = server.into_split();
@@ -470,7 +534,9 @@ async fn pipe(client: tokio::net::TcpStream, server: tokio::net::TcpStream, cut:
             if cut1.load(Ordering::SeqCst) {
                 return;
             }
-            match tokio::time::timeout(std::time::Duration::from_millis(50), cr.read(&mut buf)).await {
+            match tokio::time::timeout(std::time::Duration::from_millis(50), cr.read(&mut buf))
+                .await
+            {
                 Err(_) => continue,
                 Ok(Ok(0)) | Ok(Err(_)) => return,
                 Ok(Ok(n)) => {
@@ -486,7 +552,9 @@ async fn pipe(client: tokio::net::TcpStream, server: tokio::net::TcpStream, cut:
         if cut.load(Ordering::SeqCst) {
             break;
         }
-        let n = match tokio::time::timeout(std::time::Duration::from_millis(50), sr.read(&mut buf)).await {
+        let n = match tokio::time::timeout(std::time::Duration::from_millis(50), sr.read(&mut buf))
+            .await
+        {
             Err(_) => continue,
             Ok(Ok(0)) | Ok(Err(_)) => break,
             Ok(Ok(n)) => n,

@@ -1,0 +1,384 @@
+//! `dlq plan` and `dlq replay --plan`.
+
+mod common;
+use common::*;
+use std::collections::HashMap;
+use std::process::Stdio;
+use std::time::Duration;
+
+fn seed(db: &TestDb, queue: &str, n: usize, prefix: &str) {
+    let mut lines = String::new();
+    for i in 0..n {
+        let id = format!("{prefix}{i:04}");
+        let body = format!("{{\"event_id\":\"evt-{id}\",\"n\":{i}}}");
+        lines.push_str(&letter(&id, queue, body.as_bytes()).to_string());
+        lines.push('\n');
+    }
+    let r = db.dlq_stdin(&["import", "-"], lines.as_bytes());
+    assert_eq!(r.code, 0, "{}", r.all());
+}
+
+fn write_plan(db: &TestDb, args: &[&str]) -> (tempfile::NamedTempFile, serde_json::Value) {
+    let mut a = vec!["plan"];
+    a.extend_from_slice(args);
+    let r = db.dlq(&a);
+    assert_eq!(r.code, 0, "{}", r.all());
+    let f = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(f.path(), &r.stdout).unwrap();
+    (f, r.json())
+}
+
+fn per_id(msgs: &[Received]) -> HashMap<String, usize> {
+    let mut m = HashMap::new();
+    for x in msgs {
+        *m.entry(x.headers["x-dead-letter-id"].as_str().unwrap().to_string())
+            .or_default() += 1;
+    }
+    m
+}
+
+#[test]
+fn plan_freezes_ids_and_hashes_and_refuses_a_mix() {
+    for b in BACKENDS {
+        let db = TestDb::migrated(b);
+        db.import_examples();
+        let (_, plan) = write_plan(&db, &["--reason", "retries_exhausted"]);
+        assert_eq!(plan["count"], 9);
+        let items = plan["items"].as_array().unwrap();
+        assert_eq!(items.len(), 9);
+        for it in items {
+            let s = db.show(it["id"].as_str().unwrap());
+            assert_eq!(it["sha256"], s["sha256"]);
+            assert_eq!(s["reason"], "retries_exhausted");
+        }
+        assert_eq!(plan["filters"]["reason"], "retries_exhausted");
+        assert_eq!(plan["mix"]["producer"]["inventory"], 9);
+        assert!(plan["plan_id"].is_string());
+
+        let r = db.dlq(&["plan", "--reason", "poison_message"]);
+        assert_eq!(r.code, 2, "{}", r.all());
+        assert!(
+            r.stderr.contains("billing=12") && r.stderr.contains("--allow-mixed"),
+            "{}",
+            r.stderr
+        );
+        assert_eq!(r.stdout, "", "no plan printed");
+        let (_, mixed) = write_plan(&db, &["--reason", "poison_message", "--allow-mixed"]);
+        assert_eq!(mixed["count"], 14);
+        let r = db.dlq(&["plan", "--reason", "nothing_like_this"]);
+        assert_eq!(r.code, 2);
+    }
+}
+
+#[test]
+fn a_plan_of_200_replays_each_item_once_and_marks_all() {
+    for b in BACKENDS {
+        let mut rabbit = Rabbit::new();
+        let q = rabbit.queue("dlq_plan200");
+        let db = TestDb::migrated(b);
+        seed(&db, &q, 200, "p");
+        let (plan_file, plan) = write_plan(&db, &["--limit", "500"]);
+        assert_eq!(plan["count"], 200);
+        let r = db.dlq(&[
+            "replay",
+            "--plan",
+            plan_file.path().to_str().unwrap(),
+            "--yes",
+            "--batch-size",
+            "64",
+        ]);
+        assert_eq!(r.code, 0, "{b:?}: {}", r.all());
+        let lines = r.lines();
+        assert_eq!(lines.len(), 201, "one line per item and a summary");
+        assert!(lines[..200]
+            .iter()
+            .all(|l| l["outcome"] == "replayed" && l["plan_id"] == plan["plan_id"]));
+        assert_eq!(lines[200]["summary"]["counts"]["replayed"], 200);
+        let msgs = rabbit.drain(&q);
+        assert_eq!(msgs.len(), 200);
+        assert!(per_id(&msgs).values().all(|n| *n == 1));
+        assert_eq!(
+            db.dlq(&["list", "--state", "replayed", "--limit", "1000"])
+                .json()
+                .as_array()
+                .unwrap()
+                .len(),
+            200
+        );
+        let h = db.show("p0007")["history"].clone();
+        assert!(
+            h.as_array()
+                .unwrap()
+                .iter()
+                .any(|e| e["plan_id"] == plan["plan_id"] && e["outcome"] == "replayed"),
+            "{h}"
+        );
+        // Replaying the same plan again publishes nothing.
+        let again = db.dlq(&[
+            "replay",
+            "--plan",
+            plan_file.path().to_str().unwrap(),
+            "--yes",
+        ]);
+        assert_eq!(again.code, 3, "{}", again.stderr);
+        assert_eq!(rabbit.count(&q), 0);
+    }
+}
+
+#[test]
+fn plan_run_alongside_another_operator_never_publishes_twice() {
+    let mut rabbit = Rabbit::new();
+    let q = rabbit.queue("dlq_plan_race");
+    let db = TestDb::migrated(Backend::Postgres);
+    seed(&db, &q, 200, "r");
+    let (plan_file, _) = write_plan(&db, &["--limit", "500"]);
+    let run = db
+        .cmd()
+        .args([
+            "replay",
+            "--plan",
+            plan_file.path().to_str().unwrap(),
+            "--yes",
+            "--batch-size",
+            "10",
+            "--rate",
+            "400/s",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Another operator replays every fifth item by hand meanwhile.
+    let mut by_hand = 0;
+    for i in (0..200).rev().step_by(5) {
+        let r = db.dlq_env(
+            &["replay", &format!("r{i:04}"), "--yes"],
+            &[("DLQ_OPERATOR", "other")],
+        );
+        assert!(r.code == 0 || r.code == 3, "{}", r.all());
+        if r.code == 0 {
+            by_hand += 1;
+        }
+    }
+    let out = run.wait_with_output().unwrap();
+    assert!(
+        matches!(out.status.code(), Some(0) | Some(3)),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let msgs = rabbit.drain(&q);
+    let counts = per_id(&msgs);
+    assert_eq!(counts.len(), 200, "every item published");
+    assert!(counts.values().all(|n| *n == 1), "no item published twice");
+    assert!(by_hand > 0, "the other operator got some");
+}
+
+#[test]
+fn an_item_whose_body_changed_is_skipped() {
+    let mut rabbit = Rabbit::new();
+    let q = rabbit.queue("dlq_plan_changed");
+    let db = TestDb::migrated(Backend::Sqlite);
+    seed(&db, &q, 3, "c");
+    let (plan_file, _) = write_plan(&db, &[]);
+    db.sql(&["UPDATE dead_letters SET body = X'7b7d' WHERE id = 'c0001'"]);
+    let r = db.dlq(&[
+        "replay",
+        "--plan",
+        plan_file.path().to_str().unwrap(),
+        "--yes",
+    ]);
+    assert_eq!(r.code, 3, "{}", r.all());
+    let lines = r.lines();
+    let c1 = lines.iter().find(|l| l["id"] == "c0001").unwrap();
+    assert_eq!(c1["outcome"], "not_replayed");
+    assert!(c1["detail"].as_str().unwrap().contains("sha256"));
+    assert_eq!(rabbit.count(&q), 2);
+    assert_eq!(db.show("c0001")["state"], "pending");
+}
+
+#[test]
+fn rate_is_observed_in_the_message_timestamps() {
+    let mut rabbit = Rabbit::new();
+    let q = rabbit.queue("dlq_plan_rate");
+    let db = TestDb::migrated(Backend::Sqlite);
+    seed(&db, &q, 30, "t");
+    let (plan_file, _) = write_plan(&db, &[]);
+    let r = db.dlq(&[
+        "replay",
+        "--plan",
+        plan_file.path().to_str().unwrap(),
+        "--yes",
+        "--rate",
+        "10/s",
+    ]);
+    assert_eq!(r.code, 0, "{}", r.all());
+    let msgs = rabbit.drain(&q);
+    assert_eq!(msgs.len(), 30);
+    let mut per_second: HashMap<u64, usize> = HashMap::new();
+    for m in &msgs {
+        *per_second.entry(m.timestamp.unwrap()).or_default() += 1;
+    }
+    let first = *per_second.keys().min().unwrap();
+    let last = *per_second.keys().max().unwrap();
+    assert!(
+        last - first >= 2,
+        "30 messages at 10/s span at least 2 whole seconds: {per_second:?}"
+    );
+    assert!(
+        per_second.values().all(|n| *n <= 11),
+        "at most ~10 per second: {per_second:?}"
+    );
+}
+
+#[test]
+fn max_failures_stops_the_run() {
+    let db = TestDb::migrated(Backend::Postgres);
+    seed(&db, &unique("dlq_nowhere"), 10, "f");
+    let (plan_file, _) = write_plan(&db, &[]);
+    let r = db.dlq(&[
+        "replay",
+        "--plan",
+        plan_file.path().to_str().unwrap(),
+        "--yes",
+        "--batch-size",
+        "1",
+        "--max-failures",
+        "3",
+    ]);
+    assert_eq!(r.code, 5, "{}", r.all());
+    let lines = r.lines();
+    assert_eq!(lines.len(), 4, "three items and the summary: {}", r.stdout);
+    let s = &lines[3]["summary"];
+    assert_eq!(s["stopped"], "max_failures");
+    assert_eq!(s["done"], 3);
+    assert!(r.stderr.contains("3 failures"), "{}", r.stderr);
+    assert_eq!(
+        db.dlq(&["list", "--state", "pending"])
+            .json()
+            .as_array()
+            .unwrap()
+            .len(),
+        10
+    );
+}
+
+#[test]
+fn a_replayed_event_coming_back_as_a_dead_letter_stops_the_run() {
+    let mut rabbit = Rabbit::new();
+    let q = rabbit.queue("dlq_plan_back");
+    let db = TestDb::migrated(Backend::Postgres);
+    seed(&db, &q, 10, "k");
+    let (plan_file, _) = write_plan(&db, &[]);
+    // The first item's event fails again as soon as it is replayed.
+    db.sql(&[
+        "CREATE FUNCTION k_back() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+              IF NEW.replayed_at IS NOT NULL AND OLD.replayed_at IS NULL AND NEW.id = 'k0000' THEN \
+                INSERT INTO dead_letters (id, body, reason, attempts, headers_json, event_id) \
+                VALUES ('k0000-again', NEW.body, 'retries_exhausted', 5, '{}', 'evt-k0000'); \
+              END IF; RETURN NEW; END $$",
+        "CREATE TRIGGER k_back AFTER UPDATE ON dead_letters FOR EACH ROW EXECUTE FUNCTION k_back()",
+    ]);
+    let r = db.dlq(&[
+        "replay",
+        "--plan",
+        plan_file.path().to_str().unwrap(),
+        "--yes",
+        "--batch-size",
+        "2",
+    ]);
+    let lines = r.lines();
+    let s = &lines.last().unwrap()["summary"];
+    assert_eq!(s["stopped"], "came_back", "{}", r.all());
+    assert!(s["done"].as_u64().unwrap() < 10);
+    assert!(
+        r.stderr.contains("k0000-again") && r.stderr.contains("not fixed"),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(rabbit.count(&q) as u64, s["done"].as_u64().unwrap());
+}
+
+#[test]
+fn sigkill_midway_leaves_no_unconfirmed_mark_and_a_rerun_completes() {
+    let mut rabbit = Rabbit::new();
+    let q = rabbit.queue("dlq_plan_kill");
+    let db = TestDb::migrated(Backend::Sqlite);
+    seed(&db, &q, 200, "z");
+    let (plan_file, _) = write_plan(&db, &["--limit", "500"]);
+    let plan_path = plan_file.path().to_str().unwrap().to_string();
+    let mut child = db
+        .cmd()
+        .args([
+            "replay",
+            "--plan",
+            &plan_path,
+            "--yes",
+            "--rate",
+            "100/s",
+            "--batch-size",
+            "10",
+            "--lease",
+            "4s",
+            "--connect-timeout",
+            "1s",
+            "--confirm-timeout",
+            "2s",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1000));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let first = per_id(&rabbit.drain(&q));
+    let replayed: Vec<String> = db
+        .dlq(&["list", "--state", "replayed", "--limit", "1000"])
+        .json()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_str().unwrap().to_string())
+        .collect();
+    assert!(
+        !replayed.is_empty() && replayed.len() < 200,
+        "killed midway: {}",
+        replayed.len()
+    );
+    for id in &replayed {
+        assert_eq!(
+            first.get(id),
+            Some(&1),
+            "{id} is marked, so the broker confirmed it"
+        );
+    }
+    std::thread::sleep(Duration::from_millis(4200)); // the killed run's leases lapse
+    let r = db.dlq(&[
+        "replay",
+        "--plan",
+        &plan_path,
+        "--yes",
+        "--lease",
+        "4s",
+        "--connect-timeout",
+        "1s",
+        "--confirm-timeout",
+        "2s",
+    ]);
+    assert_eq!(r.code, 3, "the done ones are not_replayed: {}", r.stderr);
+    let second = per_id(&rabbit.drain(&q));
+    for id in &replayed {
+        assert!(
+            !second.contains_key(id),
+            "{id} was done and must not be republished"
+        );
+    }
+    assert_eq!(
+        db.dlq(&["list", "--state", "replayed", "--limit", "1000"])
+            .json()
+            .as_array()
+            .unwrap()
+            .len(),
+        200
+    );
+}
