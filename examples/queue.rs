@@ -22,7 +22,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         "declare" => {
             ch.queue_declare(
                 name.into(),
-                QueueDeclareOptions { durable: true, ..Default::default() },
+                QueueDeclareOptions {
+                    durable: true,
+                    ..Default::default()
+                },
                 FieldTable::default(),
             )
             .await?;
@@ -30,7 +33,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         "drain" => {
             let mut n = 0;
-            while let Some(m) = ch.basic_get(name.into(), BasicGetOptions { no_ack: true }).await? {
+            while let Some(m) = ch
+                .basic_get(name.into(), BasicGetOptions { no_ack: true })
+                .await?
+            {
                 n += 1;
                 let p = &m.delivery.properties;
                 println!(
@@ -40,7 +46,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                         .as_ref()
                         .and_then(|h| h.inner().get("x-dead-letter-id").cloned())
                         .map(|v| match v {
-                            lapin::types::AMQPValue::LongString(s) => String::from_utf8_lossy(s.as_bytes()).into_owned(),
+                            lapin::types::AMQPValue::LongString(s) =>
+                                String::from_utf8_lossy(s.as_bytes()).into_owned(),
                             other => format!("{other:?}"),
                         })
                         .unwrap_or_else(|| "-".into()),
@@ -50,7 +57,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             println!("{n} messages drained from {name}");
         }
         "delete" => {
-            ch.queue_delete(name.into(), QueueDeleteOptions::default()).await?;
+            ch.queue_delete(name.into(), QueueDeleteOptions::default())
+                .await?;
             println!("queue {name} deleted");
         }
         other => return Err(format!("unknown verb {other}").into()),
