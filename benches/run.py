@@ -1,0 +1,274 @@
+#!/usr/bin/env python3
+"""dlq benchmarks, one run, real services; results go to docs/performance.md.
+
+Generates its own data (nothing large is committed) in a fresh PostgreSQL database and a
+temporary SQLite file, uses uniquely named queues, and removes all of it afterwards.
+
+  python3 benches/run.py                 # everything, 1,000,000 rows
+  python3 benches/run.py --rows 100000   # a quicker look
+  python3 benches/run.py --only replay   # one part: triage | replay | plan
+
+Each timing runs the whole command as a separate process, the way an operator runs it,
+and compares it with the equivalent statement run directly by psql / sqlite3 (also a
+process that connects and runs one statement). Medians of --runs runs are reported.
+"""
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PG_ADMIN = ["psql", "-X", "-q", "-h", "127.0.0.1", "-U", "postgres", "-d", "postgres", "-v", "ON_ERROR_STOP=1"]
+DLQ = os.path.join(ROOT, "target", "release", "dlq")
+QUEUE_TOOL = os.path.join(ROOT, "target", "release", "examples", "queue")
+BARE = os.path.join(ROOT, "target", "release", "examples", "bare_publisher")
+
+
+def run(cmd, env=None, stdin=None, check=True):
+    r = subprocess.run(cmd, env=env, input=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    if check and r.returncode != 0:
+        sys.exit(f"failed ({r.returncode}): {' '.join(cmd)}\n{r.stderr.decode()}")
+    return r
+
+
+def timed(cmd, runs, env=None):
+    out = []
+    run(cmd, env=env)  # warm-up
+    for _ in range(runs):
+        t = time.perf_counter()
+        run(cmd, env=env)
+        out.append(time.perf_counter() - t)
+    return out
+
+
+def ms(xs):
+    return f"{statistics.median(xs) * 1000:.1f} ms"
+
+
+def dlq_env(url, amqp=None):
+    env = dict(os.environ, DLQ_DATABASE_URL=url, DLQ_OPERATOR="bench", DLQ_OUTPUT="json")
+    if amqp:
+        env["DLQ_AMQP_URL"] = amqp
+    return env
+
+
+PG_ROWS = """
+INSERT INTO dead_letters (id, body, reason, attempts, headers_json, producer, schema_version,
+                          source_queue, dead_lettered_at, error)
+SELECT 'bench-' || g,
+       convert_to('{{"event_id":"evt-' || g || '","amount":' || (g % 1000) || ',"pad":"' || repeat('x', 150) || '"}}', 'UTF8'),
+       (ARRAY['poison_message','permanent_failure','retries_exhausted'])[1 + (g % 3)],
+       1 + g % 5,
+       CASE WHEN g % 2 = 0 THEN '{{"x-producer":"svc-' || (g % 20) || '","x-schema-version":"' || (g % 5) || '"}}' ELSE '{{}}' END,
+       CASE WHEN g % 2 = 1 THEN 'svc-' || (g % 20) END,
+       CASE WHEN g % 2 = 1 THEN (g % 5)::text END,
+       'queue-' || (g % 10),
+       now() - (g % 2592000) * interval '1 second',
+       'error text ' || (g % 100)
+FROM generate_series(1, {n}) g;
+ANALYZE dead_letters;
+"""
+
+SQLITE_ROWS = """
+WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < {n})
+INSERT INTO dead_letters (id, body, reason, attempts, headers_json, producer, schema_version,
+                          source_queue, dead_lettered_at, error)
+SELECT 'bench-' || n,
+       CAST('{{"event_id":"evt-' || n || '","amount":' || (n % 1000) || ',"pad":"' || printf('%.150c', 'x') || '"}}' AS BLOB),
+       CASE n % 3 WHEN 0 THEN 'poison_message' WHEN 1 THEN 'permanent_failure' ELSE 'retries_exhausted' END,
+       1 + n % 5,
+       CASE WHEN n % 2 = 0 THEN '{{"x-producer":"svc-' || (n % 20) || '","x-schema-version":"' || (n % 5) || '"}}' ELSE '{{}}' END,
+       CASE WHEN n % 2 = 1 THEN 'svc-' || (n % 20) END,
+       CASE WHEN n % 2 = 1 THEN CAST(n % 5 AS TEXT) END,
+       'queue-' || (n % 10),
+       (CAST(strftime('%s', 'now') AS INTEGER) - n % 2592000) * 1000,
+       'error text ' || (n % 100)
+FROM g;
+ANALYZE;
+"""
+
+# The statements dlq runs, written out as an operator would type them.
+PG_AGG = """SELECT reason, eff_producer, eff_schema_version, count(*),
+ count(*) FILTER (WHERE replayed_at IS NULL AND (replay_claim_expires_at IS NULL OR replay_claim_expires_at <= now())),
+ count(*) FILTER (WHERE replayed_at IS NULL AND replay_claim_expires_at > now()),
+ count(*) FILTER (WHERE replayed_at IS NOT NULL), min(dead_lettered_at), max(dead_lettered_at)
+ FROM dead_letters GROUP BY 1, 2, 3 ORDER BY 4 DESC"""
+PG_LIST = """SELECT id, reason, attempts, replayed_at, replay_claim_owner, replay_claim_expires_at,
+ last_replay_error, eff_event_id, error, eff_producer, eff_schema_version, source_queue, exchange,
+ routing_key, dead_lettered_at FROM dead_letters WHERE reason = 'retries_exhausted' AND eff_producer = 'svc-5'
+ ORDER BY dead_lettered_at DESC, id LIMIT 50"""
+SQLITE_AGG = """SELECT reason, eff_producer, eff_schema_version, count(*),
+ sum(replayed_at IS NULL AND (replay_claim_expires_at IS NULL OR replay_claim_expires_at <= CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER))),
+ sum(replayed_at IS NULL AND replay_claim_expires_at > CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER)),
+ sum(replayed_at IS NOT NULL), min(dead_lettered_at), max(dead_lettered_at)
+ FROM dead_letters GROUP BY 1, 2, 3 ORDER BY 4 DESC"""
+SQLITE_LIST = PG_LIST
+
+
+def machine():
+    cpu = "?"
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    pg = run(["psql", "--version"]).stdout.decode().strip()
+    return f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores ({cpu}), {mem:.0f} GiB RAM; {pg}; SQLite {run(['sqlite3', '--version']).stdout.decode().split()[0]}"
+
+
+def triage(args, report):
+    n = args.rows
+    db = "dlq_bench_" + uuid.uuid4().hex[:8]
+    run(PG_ADMIN + ["-c", f"CREATE DATABASE {db}"])
+    tmp = tempfile.mkdtemp()
+    try:
+        pg_url = f"postgres://postgres@127.0.0.1:5432/{db}"
+        sq_path = os.path.join(tmp, "bench.db")
+        sq_url = f"sqlite://{sq_path}"
+        for url in (pg_url, sq_url):
+            run([DLQ, "migrate"], env=dlq_env(url))
+        t = time.perf_counter()
+        run(["psql", "-X", "-q", "-h", "127.0.0.1", "-U", "postgres", "-d", db, "-c", PG_ROWS.format(n=n)])
+        report.append(f"- generated {n:,} rows in PostgreSQL in {time.perf_counter() - t:.0f} s")
+        t = time.perf_counter()
+        run(["sqlite3", sq_path], stdin=SQLITE_ROWS.format(n=n).encode())
+        report.append(f"- generated {n:,} rows in SQLite in {time.perf_counter() - t:.0f} s")
+        psql = ["psql", "-X", "-q", "-h", "127.0.0.1", "-U", "postgres", "-d", db, "-o", "/dev/null", "-c"]
+        rows = []
+        for name, url, direct_agg, direct_list in (
+            ("PostgreSQL", pg_url, psql + [PG_AGG], psql + [PG_LIST]),
+            ("SQLite", sq_url, ["sqlite3", sq_path, SQLITE_AGG], ["sqlite3", sq_path, SQLITE_LIST]),
+        ):
+            env = dlq_env(url)
+            a = timed([DLQ, "aggregate", "--by", "reason,producer,schema_version"], args.runs, env)
+            ad = timed(direct_agg, args.runs)
+            l = timed([DLQ, "list", "--reason", "retries_exhausted", "--producer", "svc-5", "--limit", "50"], args.runs, env)
+            ld = timed(direct_list, args.runs)
+            rows.append(f"| {name} | aggregate --by reason,producer,schema_version | {ms(a)} | {ms(ad)} | {statistics.median(a) / statistics.median(ad):.2f}x | 1.3x |")
+            rows.append(f"| {name} | list --reason R --producer P --limit 50 | {ms(l)} | {ms(ld)} | {statistics.median(l) / statistics.median(ld):.2f}x | 1.5x, < 50 ms |")
+        report.append("")
+        report.append(f"Triage on {n:,} dead letters (median of {args.runs} runs, each a new process):")
+        report.append("")
+        report.append("| store | command | dlq | direct SQL | ratio | target |")
+        report.append("|---|---|---|---|---|---|")
+        report.extend(rows)
+    finally:
+        run(PG_ADMIN + ["-c", f"DROP DATABASE IF EXISTS {db} WITH (FORCE)"], check=False)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def letters(queue, n, prefix):
+    out = []
+    for i in range(n):
+        body = json.dumps({"event_id": f"evt-{prefix}{i}", "pad": "x" * 150})
+        out.append(json.dumps({"id": f"{prefix}{i:06d}", "reason": "retries_exhausted", "attempts": 5,
+                               "headers": {"x-producer": "bench"}, "producer": "bench", "schema_version": "1",
+                               "source_queue": queue, "body_text": body}))
+    return ("\n".join(out) + "\n").encode()
+
+
+def replay(args, report):
+    queue = "dlq-bench-" + uuid.uuid4().hex[:8]
+    run([QUEUE_TOOL, "declare", queue])
+    db = "dlq_bench_" + uuid.uuid4().hex[:8]
+    run(PG_ADMIN + ["-c", f"CREATE DATABASE {db}"])
+    tmp = tempfile.mkdtemp()
+    try:
+        rows = []
+        for name, url in (("PostgreSQL", f"postgres://postgres@127.0.0.1:5432/{db}"),
+                          ("SQLite", f"sqlite://{os.path.join(tmp, 'r.db')}")):
+            env = dlq_env(url)
+            run([DLQ, "migrate"], env=env)
+            run([DLQ, "import", "-"], env=env, stdin=letters(queue, args.replays + 1, "r"))
+            times = []
+            for i in range(args.replays + 1):
+                t = time.perf_counter()
+                r = run([DLQ, "replay", f"r{i:06d}", "--yes"], env=env)
+                times.append(time.perf_counter() - t)
+                assert json.loads(r.stdout)["outcome"] == "replayed"
+            times = sorted(times[1:])
+            p90 = times[int(len(times) * 0.9) - 1]
+            rows.append(f"| {name} | {ms(times)} | {p90 * 1000:.1f} ms | 30 ms |")
+        run([QUEUE_TOOL, "delete", queue])
+        report.append("")
+        report.append(f"`dlq replay ID --yes`, end to end as a process ({args.replays} replays of distinct IDs):")
+        report.append("")
+        report.append("| store | p50 | p90 | target p50 |")
+        report.append("|---|---|---|---|")
+        report.extend(rows)
+    finally:
+        run([QUEUE_TOOL, "delete", queue], check=False)
+        run(PG_ADMIN + ["-c", f"DROP DATABASE IF EXISTS {db} WITH (FORCE)"], check=False)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def plan(args, report):
+    n = args.plan_items
+    queue = "dlq-bench-" + uuid.uuid4().hex[:8]
+    run([QUEUE_TOOL, "declare", queue])
+    db = "dlq_bench_" + uuid.uuid4().hex[:8]
+    run(PG_ADMIN + ["-c", f"CREATE DATABASE {db}"])
+    tmp = tempfile.mkdtemp()
+    try:
+        rows = []
+        body_len = len(json.dumps({"event_id": "evt-p0000000", "pad": "x" * 150}))
+        t = time.perf_counter()
+        r = run([BARE, queue, str(n), str(body_len)])
+        bare = float(r.stdout.decode().strip())
+        run([QUEUE_TOOL, "drain", queue])
+        rows.append(f"| bare lapin publisher, pipelined confirms, no database | {bare:.2f} s | {n / bare:,.0f}/s | |")
+        for name, url in (("PostgreSQL", f"postgres://postgres@127.0.0.1:5432/{db}"),
+                          ("SQLite", f"sqlite://{os.path.join(tmp, 'p.db')}")):
+            env = dlq_env(url)
+            run([DLQ, "migrate"], env=env)
+            run([DLQ, "import", "-"], env=env, stdin=letters(queue, n, "p"))
+            plan_file = os.path.join(tmp, "plan.json")
+            with open(plan_file, "wb") as f:
+                f.write(run([DLQ, "plan", "--limit", str(n)], env=env).stdout)
+            t = time.perf_counter()
+            run([DLQ, "replay", "--plan", plan_file, "--yes", "--batch-size", str(args.batch)], env=env)
+            took = time.perf_counter() - t
+            run([QUEUE_TOOL, "drain", queue])
+            rows.append(f"| dlq replay --plan ({name}, batch {args.batch}) | {took:.2f} s | {n / took:,.0f}/s | {bare / took:.2f} of bare (target >= 0.5) |")
+        report.append("")
+        report.append(f"Group replay of a {n:,}-item plan, no rate cap, same bodies ({body_len} bytes):")
+        report.append("")
+        report.append("| what | time | throughput | ratio |")
+        report.append("|---|---|---|---|")
+        report.extend(rows)
+    finally:
+        run([QUEUE_TOOL, "delete", queue], check=False)
+        run(PG_ADMIN + ["-c", f"DROP DATABASE IF EXISTS {db} WITH (FORCE)"], check=False)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rows", type=int, default=1_000_000)
+    p.add_argument("--runs", type=int, default=15)
+    p.add_argument("--replays", type=int, default=100)
+    p.add_argument("--plan-items", type=int, default=10_000)
+    p.add_argument("--batch", type=int, default=500)
+    p.add_argument("--only", choices=["triage", "replay", "plan"])
+    args = p.parse_args()
+    run(["cargo", "build", "--quiet", "--release", "--manifest-path", os.path.join(ROOT, "Cargo.toml"),
+         "--bin", "dlq", "--example", "queue", "--example", "bare_publisher"])
+    report = [f"Machine: {machine()}", f"Date: {time.strftime('%Y-%m-%d')}", ""]
+    for part in ("triage", "replay", "plan"):
+        if args.only in (None, part):
+            globals()[part](args, report)
+    print("\n".join(report))
+
+
+if __name__ == "__main__":
+    main()
