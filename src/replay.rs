@@ -63,13 +63,39 @@ pub struct ItemReport {
     pub plan_id: Option<String>,
 }
 
-/// The broker connection, opened on first use and reopened if it died.
+/// The broker connection, opened on first use (or early, in the background) and reopened
+/// if it died.
 pub struct Broker {
     url: SecretUrl,
     opts: PublisherOptions,
     publisher: Option<Publisher>,
+    connecting: Option<tokio::task::JoinHandle<std::result::Result<Publisher, String>>>,
     /// Publishes at most this often (`--rate`).
     pacer: Option<tokio::time::Interval>,
+}
+
+/// Why there is no connection to publish on.
+enum NoConnection {
+    Failed(String),
+    Interrupted,
+}
+
+/// Waits for `fut`, giving up as soon as `interrupted` is set.
+async fn unless_interrupted<T>(
+    interrupted: &AtomicBool,
+    fut: impl std::future::Future<Output = T>,
+) -> Option<T> {
+    tokio::pin!(fut);
+    loop {
+        tokio::select! {
+            v = &mut fut => return Some(v),
+            _ = tokio::time::sleep(Duration::from_millis(25)) => {
+                if interrupted.load(Ordering::SeqCst) {
+                    return None;
+                }
+            }
+        }
+    }
 }
 
 impl Broker {
@@ -83,23 +109,54 @@ impl Broker {
             url,
             opts,
             publisher: None,
+            connecting: None,
             pacer,
         }
     }
 
-    async fn publisher(&mut self) -> std::result::Result<&Publisher, String> {
+    /// Starts connecting in the background, so that the connection is ready when the
+    /// claim is. Connecting publishes nothing.
+    pub fn connect_early(&mut self) {
+        if self.publisher.is_none() && self.connecting.is_none() {
+            let (url, opts) = (self.url.clone(), self.opts.clone());
+            self.connecting = Some(tokio::spawn(
+                async move { Publisher::connect(&url, opts).await },
+            ));
+        }
+    }
+
+    async fn connect(&mut self, interrupted: &AtomicBool) -> std::result::Result<(), NoConnection> {
         if self.publisher.as_ref().is_some_and(|p| !p.is_usable()) {
             if let Some(p) = self.publisher.take() {
                 p.close().await;
             }
         }
-        if self.publisher.is_none() {
-            self.publisher = Some(Publisher::connect(&self.url, self.opts.clone()).await?);
+        if self.publisher.is_some() {
+            return Ok(());
         }
-        Ok(self.publisher.as_ref().expect("just connected"))
+        self.connect_early();
+        let handle = self.connecting.as_mut().expect("connect_early set it");
+        let joined = unless_interrupted(interrupted, handle).await;
+        let Some(joined) = joined else {
+            return Err(NoConnection::Interrupted);
+        };
+        self.connecting = None;
+        match joined {
+            Ok(Ok(p)) => {
+                self.publisher = Some(p);
+                Ok(())
+            }
+            Ok(Err(why)) => Err(NoConnection::Failed(why)),
+            Err(e) => Err(NoConnection::Failed(format!(
+                "connecting to RabbitMQ failed: {e}"
+            ))),
+        }
     }
 
     pub async fn close(&mut self) {
+        if let Some(h) = self.connecting.take() {
+            h.abort();
+        }
         if let Some(p) = self.publisher.take() {
             p.close().await;
         }
@@ -208,7 +265,7 @@ pub async fn replay(
     };
 
     // 1. Claim: one conditional UPDATE on the database clock (or verify an earlier claim).
-    let (token, mut mine): (String, Vec<String>) = match &opts.token {
+    let (token, mine): (String, Vec<String>) = match &opts.token {
         Some(t) => (t.clone(), store.live_leases(&ids, t).await?),
         None => {
             let t = new_token(&opts.operator);
@@ -286,8 +343,14 @@ pub async fn replay(
         }
     }
 
-    // 3. Just before publishing: stop if asked to, and re-check that the lease is live.
-    if interrupted.load(Ordering::SeqCst) {
+    // 3. Connect (it may have started early), then, just before publishing, stop if asked
+    //    to and re-check that the lease is still live.
+    let connection = if ready.is_empty() {
+        Ok(())
+    } else {
+        broker.connect(interrupted).await
+    };
+    if interrupted.load(Ordering::SeqCst) || matches!(connection, Err(NoConnection::Interrupted)) {
         for (row, _) in ready.drain(..) {
             to_release.push((
                 row.summary.id.clone(),
@@ -325,45 +388,40 @@ pub async fn replay(
         store
             .release(std::slice::from_ref(id), &token, Some(detail))
             .await?;
-        history.push(entry(
-            opts,
-            id,
-            "release",
-            outcome.to_owned(),
-            detail,
-            &token,
-            None,
-        ));
+        history.push(entry(opts, id, "release", *outcome, detail, &token, None));
         reports.insert(id.clone(), report(id, *outcome, detail.clone()));
     }
-    mine.retain(|id| ready.iter().any(|(r, _)| &r.summary.id == id));
 
-    // 4. Publish (mandatory, persistent) and wait for every confirm, bounded.
+    // 4. Publish (mandatory, persistent) and wait for every confirm, bounded. Ctrl-C
+    //    while waiting for a confirm makes the outcome uncertain, never a failure.
     let mut results: Vec<(&DeadLetter, Target, PublishResult)> = Vec::new();
-    if !ready.is_empty() {
-        match broker.publisher().await {
-            Err(why) => {
-                for (row, target) in ready {
-                    let why = format!("{why}; nothing was published");
-                    results.push((row, target, PublishResult::Failed(why)));
-                }
+    match (connection, broker.publisher.as_ref()) {
+        _ if ready.is_empty() => {}
+        (Err(NoConnection::Failed(why)), _) => {
+            for (row, target) in ready {
+                let why = format!("{why}; nothing was published");
+                results.push((row, target, PublishResult::Failed(why)));
             }
-            Ok(_) => {
-                let mut pending = Vec::with_capacity(ready.len());
-                for (row, target) in ready {
-                    if let Some(pacer) = broker.pacer.as_mut() {
-                        pacer.tick().await;
-                    }
-                    let p = broker.publisher.as_ref().expect("connected above");
-                    let sent = p.send(&target, &build_message(row, &opts.operator)).await;
-                    pending.push((row, target, sent));
+        }
+        (_, None) | (Err(NoConnection::Interrupted), _) => {}
+        (Ok(()), Some(p)) => {
+            let mut pending = Vec::with_capacity(ready.len());
+            for (row, target) in ready {
+                if let Some(pacer) = broker.pacer.as_mut() {
+                    pacer.tick().await;
                 }
-                let p = broker.publisher.as_ref().expect("connected above");
-                let deadline = Instant::now() + p.confirm_timeout();
-                for (row, target, sent) in pending {
-                    let result = p.settle(sent, deadline).await;
-                    results.push((row, target, result));
-                }
+                let sent = p.send(&target, &build_message(row, &opts.operator)).await;
+                pending.push((row, target, sent));
+            }
+            let deadline = Instant::now() + p.confirm_timeout();
+            for (row, target, sent) in pending {
+                let result = match unless_interrupted(interrupted, p.settle(sent, deadline)).await {
+                    Some(r) => r,
+                    None => PublishResult::Uncertain(
+                        "interrupted after publishing, before the broker's confirm: the message may or may not have been published".into(),
+                    ),
+                };
+                results.push((row, target, result));
             }
         }
     }

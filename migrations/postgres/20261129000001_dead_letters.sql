@@ -21,43 +21,64 @@ ALTER TABLE dead_letters ADD COLUMN IF NOT EXISTS routing_key      TEXT NULL;
 ALTER TABLE dead_letters ADD COLUMN IF NOT EXISTS dead_lettered_at TIMESTAMPTZ NOT NULL DEFAULT now();
 
 -- The fallback rule (contract: column, then header x-<name>, then top-level body field),
--- written once here and kept in generated columns so that every row, whoever inserts it,
--- carries its effective identity and the filters stay index-backed. The cost is paid once
--- per INSERT (one JSON parse of headers and, when needed, of the body).
+-- written once here. Its results are kept in eff_producer / eff_schema_version /
+-- eff_event_id, filled by a trigger on every INSERT and on every UPDATE of the columns
+-- they derive from, whoever writes the row; so every read agrees and the filters stay
+-- index-backed. The cost is paid once per written row (the JSON is parsed only when the
+-- key's name appears in it); the claim and mark UPDATEs do not pay it.
 CREATE OR REPLACE FUNCTION dlq_identity(col TEXT, headers_json TEXT, body BYTEA, field TEXT)
 RETURNS TEXT LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE AS $$
 DECLARE
+    header TEXT := 'x-' || replace(field, '_', '-');
     v TEXT;
 BEGIN
     IF col IS NOT NULL THEN
         RETURN col;
     END IF;
-    BEGIN
-        v := headers_json::jsonb ->> ('x-' || replace(field, '_', '-'));
-        IF v IS NOT NULL THEN
-            RETURN v;
-        END IF;
-    EXCEPTION WHEN others THEN
-        NULL;
-    END;
-    IF body IS NULL OR length(body) = 0 OR position('\x7b'::bytea IN body) = 0 THEN
+    IF position(header IN headers_json) > 0 THEN
+        BEGIN
+            v := headers_json::jsonb ->> header;
+            IF v IS NOT NULL THEN
+                RETURN v;
+            END IF;
+        EXCEPTION WHEN others THEN
+            NULL;
+        END;
+    END IF;
+    IF body IS NULL OR position(convert_to('"' || field || '"', 'UTF8') IN body) = 0 THEN
         RETURN NULL;
     END IF;
     BEGIN
-        v := convert_from(body, 'UTF8')::jsonb ->> field;
-        RETURN v;
+        RETURN convert_from(body, 'UTF8')::jsonb ->> field;
     EXCEPTION WHEN others THEN
         RETURN NULL;
     END;
 END;
 $$;
 
-ALTER TABLE dead_letters ADD COLUMN IF NOT EXISTS eff_producer TEXT
-    GENERATED ALWAYS AS (dlq_identity(producer, headers_json, body, 'producer')) STORED;
-ALTER TABLE dead_letters ADD COLUMN IF NOT EXISTS eff_schema_version TEXT
-    GENERATED ALWAYS AS (dlq_identity(schema_version, headers_json, body, 'schema_version')) STORED;
-ALTER TABLE dead_letters ADD COLUMN IF NOT EXISTS eff_event_id TEXT
-    GENERATED ALWAYS AS (dlq_identity(event_id, headers_json, body, 'event_id')) STORED;
+ALTER TABLE dead_letters ADD COLUMN IF NOT EXISTS eff_producer TEXT;
+ALTER TABLE dead_letters ADD COLUMN IF NOT EXISTS eff_schema_version TEXT;
+ALTER TABLE dead_letters ADD COLUMN IF NOT EXISTS eff_event_id TEXT;
+
+CREATE OR REPLACE FUNCTION dlq_fill_identity() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    NEW.eff_producer := dlq_identity(NEW.producer, NEW.headers_json, NEW.body, 'producer');
+    NEW.eff_schema_version := dlq_identity(NEW.schema_version, NEW.headers_json, NEW.body, 'schema_version');
+    NEW.eff_event_id := dlq_identity(NEW.event_id, NEW.headers_json, NEW.body, 'event_id');
+    RETURN NEW;
+END;
+$$;
+
+DROP TRIGGER IF EXISTS dead_letters_identity ON dead_letters;
+CREATE TRIGGER dead_letters_identity
+    BEFORE INSERT OR UPDATE OF producer, schema_version, event_id, headers_json, body
+    ON dead_letters FOR EACH ROW EXECUTE FUNCTION dlq_fill_identity();
+
+-- Rows already there (the workers' table before this migration).
+UPDATE dead_letters SET
+    eff_producer = dlq_identity(producer, headers_json, body, 'producer'),
+    eff_schema_version = dlq_identity(schema_version, headers_json, body, 'schema_version'),
+    eff_event_id = dlq_identity(event_id, headers_json, body, 'event_id');
 
 CREATE INDEX IF NOT EXISTS dead_letters_at_idx ON dead_letters (dead_lettered_at DESC);
 CREATE INDEX IF NOT EXISTS dead_letters_reason_idx ON dead_letters (reason, dead_lettered_at DESC);

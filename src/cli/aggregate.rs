@@ -36,7 +36,7 @@ fn key_text(k: &GroupKey) -> String {
 
 pub async fn run(ctx: &Ctx, args: AggregateArgs) -> Result<u8> {
     let store = ctx.store().await?;
-    let filter = args.filters.to_filter(store.now().await?)?;
+    let filter = args.filters.resolve(store.as_ref()).await?;
     let groups = store.aggregate(&args.by.0, &filter).await?;
     match ctx.format {
         Format::Json => {

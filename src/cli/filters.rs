@@ -31,6 +31,24 @@ pub struct FilterArgs {
 }
 
 impl FilterArgs {
+    /// Whether a relative time (`2h`) needs the database clock to resolve.
+    pub fn needs_now(&self) -> bool {
+        [&self.since, &self.until]
+            .into_iter()
+            .flatten()
+            .any(|t| chrono::DateTime::parse_from_rfc3339(t.trim()).is_err())
+    }
+
+    /// Resolves the filter, asking the database for its clock only when needed.
+    pub async fn resolve(&self, store: &dyn dlq::store::Store) -> Result<Filter> {
+        let now = if self.needs_now() {
+            store.now().await?
+        } else {
+            chrono::Utc::now()
+        };
+        self.to_filter(now)
+    }
+
     /// Validates the values and resolves relative times against `now` (the DB clock).
     pub fn to_filter(&self, now: chrono::DateTime<chrono::Utc>) -> Result<Filter> {
         for (name, v) in [

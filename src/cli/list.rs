@@ -17,7 +17,7 @@ pub struct ListArgs {
 
 pub async fn run(ctx: &Ctx, args: ListArgs) -> Result<u8> {
     let store = ctx.store().await?;
-    let filter = args.filters.to_filter(store.now().await?)?;
+    let filter = args.filters.resolve(store.as_ref()).await?;
     let (rows, total) = store.list(&filter, args.limit).await?;
     match ctx.format {
         Format::Json => ctx.out.json(&rows),

@@ -174,8 +174,14 @@ async fn single(
     publisher_opts: PublisherOptions,
 ) -> Result<u8> {
     validate_id(id)?;
+    let mut broker = Broker::new(amqp, publisher_opts, None);
+    if args.yes && !args.dry_run {
+        // Nothing to ask: connect to the broker while the database work runs.
+        broker.connect_early();
+    }
     let store = ctx.store().await?;
     let Some(row) = store.get(id).await? else {
+        broker.close().await;
         return Ok(emit(
             ctx,
             &StepReport {
@@ -243,14 +249,13 @@ async fn single(
         }
     }
     let interrupted = watch_signals();
-    let mut broker = Broker::new(amqp, publisher_opts, None);
+    broker.connect_early();
     let item = Item {
         id: id.to_string(),
         expected_sha256: args.expect_sha256.clone(),
     };
     let reports = replay(store.as_ref(), &mut broker, &[item], &opts, &interrupted).await;
-    broker.close().await;
-    store.close().await;
+    tokio::join!(broker.close(), store.close());
     let report = reports?
         .pop()
         .ok_or_else(|| DlqError::other("the replay produced no report"))?;
@@ -322,6 +327,7 @@ async fn group(
         max_failures: args.max_failures.map(|m| m as usize),
     };
     let mut broker = Broker::new(amqp, publisher_opts, args.rate);
+    broker.connect_early();
     let progress = (ctx.format != Format::Json && std::io::stderr().is_terminal_stderr())
         .then(|| progress_bar(plan.items.len() as u64));
     let result = run_plan(

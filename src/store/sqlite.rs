@@ -136,14 +136,13 @@ impl Store for SqliteStore {
     }
 
     async fn check_schema(&self) -> Result<()> {
-        sqlx::query("SELECT eff_producer FROM dead_letters LIMIT 0")
-            .execute(&self.pool)
-            .await
-            .map_err(self.err())?;
-        sqlx::query("SELECT seq FROM dead_letter_history LIMIT 0")
-            .execute(&self.pool)
-            .await
-            .map_err(self.err())?;
+        // One round trip: fails to parse unless both tables and the derived columns exist.
+        sqlx::query(
+            "SELECT d.eff_producer, h.seq FROM dead_letters d, dead_letter_history h WHERE false",
+        )
+        .execute(&self.pool)
+        .await
+        .map_err(self.err())?;
         Ok(())
     }
 
