@@ -12,8 +12,9 @@ use crate::replay::{replay, Broker, Item, ItemReport, ReplayOptions};
 use crate::store::{PlanCandidate, Store};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::collections::{BTreeMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Mutex;
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct PlanItem {
@@ -124,35 +125,99 @@ pub struct RunOptions {
     pub replay: ReplayOptions,
     pub batch_size: usize,
     pub max_failures: Option<usize>,
+    /// Batches in flight at once, each on its own broker connection, so that one batch's
+    /// SQL overlaps another's publishing.
+    pub workers: usize,
+}
+
+/// What the workers of a run share.
+struct Shared<F> {
+    summary: RunSummary,
+    failures: usize,
+    on_item: F,
 }
 
 /// Replays the plan's items batch by batch. `on_item` sees every report as it settles.
+/// `make_broker` gives each worker its own connection.
 pub async fn run_plan(
     store: &dyn Store,
-    broker: &mut Broker,
+    make_broker: impl Fn() -> Broker,
     plan: &Plan,
     opts: &RunOptions,
     interrupted: &AtomicBool,
-    mut on_item: impl FnMut(&ItemReport),
+    on_item: impl FnMut(&ItemReport),
 ) -> Result<RunSummary> {
     let started = store.now().await?;
-    let mut summary = RunSummary {
-        plan_id: plan.plan_id.clone(),
-        total: plan.items.len(),
-        done: 0,
-        counts: BTreeMap::new(),
-        stopped: None,
-        stop_detail: None,
-        worst: None,
+    let shared = Mutex::new(Shared {
+        summary: RunSummary {
+            plan_id: plan.plan_id.clone(),
+            total: plan.items.len(),
+            done: 0,
+            counts: BTreeMap::new(),
+            stopped: None,
+            stop_detail: None,
+            worst: None,
+        },
+        failures: 0,
+        on_item,
+    });
+    let watch = tokio::sync::Mutex::new((NewDeadLetters::new(started), HashSet::new()));
+    let batches: Vec<&[PlanItem]> = plan.items.chunks(opts.batch_size.max(1)).collect();
+    let next = AtomicUsize::new(0);
+    let stop = AtomicBool::new(false);
+
+    let worker = || async {
+        let mut broker = make_broker();
+        broker.connect_early();
+        let result = run_worker(
+            store,
+            &mut broker,
+            &batches,
+            &next,
+            &stop,
+            &shared,
+            &watch,
+            opts,
+            interrupted,
+        )
+        .await;
+        broker.close().await;
+        result
     };
-    let mut failures = 0usize;
-    let mut replayed_events: Vec<String> = Vec::new();
-    for batch in plan.items.chunks(opts.batch_size.max(1)) {
-        if interrupted.load(Ordering::SeqCst) {
-            summary.stopped = Some(StopReason::Interrupted);
-            summary.stop_detail = Some("interrupted; the items in flight were settled".into());
-            break;
+    let results = futures_util::future::join_all((0..opts.workers.max(1)).map(|_| worker())).await;
+    let mut shared = shared.into_inner().unwrap_or_else(|e| e.into_inner());
+    if shared.summary.stopped.is_none()
+        && interrupted.load(Ordering::SeqCst)
+        && shared.summary.done < shared.summary.total
+    {
+        shared.summary.stopped = Some(StopReason::Interrupted);
+        shared.summary.stop_detail = Some("interrupted; the items in flight were settled".into());
+    }
+    for r in results {
+        r?;
+    }
+    Ok(shared.summary)
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn run_worker<F: FnMut(&ItemReport)>(
+    store: &dyn Store,
+    broker: &mut Broker,
+    batches: &[&[PlanItem]],
+    next: &AtomicUsize,
+    stop: &AtomicBool,
+    shared: &Mutex<Shared<F>>,
+    watch: &tokio::sync::Mutex<(NewDeadLetters, HashSet<String>)>,
+    opts: &RunOptions,
+    interrupted: &AtomicBool,
+) -> Result<()> {
+    loop {
+        if stop.load(Ordering::SeqCst) || interrupted.load(Ordering::SeqCst) {
+            return Ok(());
         }
+        let Some(batch) = batches.get(next.fetch_add(1, Ordering::SeqCst)) else {
+            return Ok(());
+        };
         let items: Vec<Item> = batch
             .iter()
             .map(|p| Item {
@@ -160,43 +225,107 @@ pub async fn run_plan(
                 expected_sha256: Some(p.sha256.clone()),
             })
             .collect();
-        let reports = replay(store, broker, &items, &opts.replay, interrupted).await?;
-        for r in &reports {
-            summary.done += 1;
-            *summary.counts.entry(r.outcome.as_str().into()).or_default() += 1;
-            if summary
-                .worst
-                .is_none_or(|w| r.outcome.severity() > w.severity())
-            {
-                summary.worst = Some(r.outcome);
+        let reports = match replay(store, broker, &items, &opts.replay, interrupted).await {
+            Ok(r) => r,
+            Err(e) => {
+                stop.store(true, Ordering::SeqCst);
+                return Err(e);
             }
-            if matches!(r.outcome, Outcome::PublishFailed | Outcome::Uncertain) {
-                failures += 1;
+        };
+        let replayed: Vec<String> = reports
+            .iter()
+            .filter(|r| r.outcome == Outcome::Replayed)
+            .filter_map(|r| r.event_id.clone())
+            .collect();
+        {
+            let mut sh = shared.lock().unwrap_or_else(|e| e.into_inner());
+            for r in &reports {
+                sh.summary.done += 1;
+                *sh.summary
+                    .counts
+                    .entry(r.outcome.as_str().into())
+                    .or_default() += 1;
+                if sh
+                    .summary
+                    .worst
+                    .is_none_or(|w| r.outcome.severity() > w.severity())
+                {
+                    sh.summary.worst = Some(r.outcome);
+                }
+                if matches!(r.outcome, Outcome::PublishFailed | Outcome::Uncertain) {
+                    sh.failures += 1;
+                }
+                (sh.on_item)(r);
             }
-            if r.outcome == Outcome::Replayed {
-                if let Some(e) = &r.event_id {
-                    replayed_events.push(e.clone());
+            if let Some(max) = opts.max_failures {
+                if sh.failures >= max && sh.summary.stopped.is_none() {
+                    sh.summary.stopped = Some(StopReason::MaxFailures);
+                    sh.summary.stop_detail = Some(format!(
+                        "stopped after {} failures (--max-failures {max})",
+                        sh.failures
+                    ));
+                    stop.store(true, Ordering::SeqCst);
+                    return Ok(());
                 }
             }
-            on_item(r);
         }
-        if let Some(max) = opts.max_failures {
-            if failures >= max {
-                summary.stopped = Some(StopReason::MaxFailures);
-                summary.stop_detail = Some(format!(
-                    "stopped after {failures} failures (--max-failures {max})"
+        let mut w = watch.lock().await;
+        let (tracker, events) = &mut *w;
+        events.extend(replayed);
+        if let Some((id, event)) = tracker.came_back(store, events).await? {
+            let mut sh = shared.lock().unwrap_or_else(|e| e.into_inner());
+            if sh.summary.stopped.is_none() {
+                sh.summary.stopped = Some(StopReason::CameBack);
+                sh.summary.stop_detail = Some(format!(
+                    "replayed event {event} came back as new dead letter {id}: the cause is not fixed; stopping"
                 ));
-                break;
             }
-        }
-        let back = store.dead_lettered_again(&replayed_events, started).await?;
-        if let Some((id, event)) = back.first() {
-            summary.stopped = Some(StopReason::CameBack);
-            summary.stop_detail = Some(format!(
-                "replayed event {event} came back as new dead letter {id}: the cause is not fixed; stopping"
-            ));
-            break;
+            stop.store(true, Ordering::SeqCst);
+            return Ok(());
         }
     }
-    Ok(summary)
+}
+
+/// Follows the dead letters written since the run started, a page at a time, so each
+/// check reads only what is new.
+struct NewDeadLetters {
+    watermark: DateTime<Utc>,
+    seen: HashSet<String>,
+}
+
+impl NewDeadLetters {
+    fn new(started: DateTime<Utc>) -> Self {
+        NewDeadLetters {
+            watermark: started,
+            seen: HashSet::new(),
+        }
+    }
+
+    /// The first new dead letter whose event this run replayed: (id, event_id).
+    async fn came_back(
+        &mut self,
+        store: &dyn Store,
+        replayed: &HashSet<String>,
+    ) -> Result<Option<(String, String)>> {
+        loop {
+            let page = store.dead_lettered_since(self.watermark, 1000).await?;
+            let full = page.len() == 1000;
+            let mut advanced = false;
+            for (id, event, at) in page {
+                if !self.seen.insert(id.clone()) {
+                    continue;
+                }
+                advanced = true;
+                if at > self.watermark {
+                    self.watermark = at;
+                }
+                if replayed.contains(&event) {
+                    return Ok(Some((id, event)));
+                }
+            }
+            if !full || !advanced {
+                return Ok(None);
+            }
+        }
+    }
 }

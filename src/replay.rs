@@ -27,6 +27,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -70,8 +71,23 @@ pub struct Broker {
     opts: PublisherOptions,
     publisher: Option<Publisher>,
     connecting: Option<tokio::task::JoinHandle<std::result::Result<Publisher, String>>>,
-    /// Publishes at most this often (`--rate`).
-    pacer: Option<tokio::time::Interval>,
+    /// Publishes at most this often (`--rate`), shared by all the brokers of a run.
+    pacer: Option<Arc<Pacer>>,
+}
+
+/// A publish rate shared by several connections.
+pub struct Pacer(tokio::sync::Mutex<tokio::time::Interval>);
+
+impl Pacer {
+    pub fn per_second(rate: f64) -> Arc<Pacer> {
+        let mut i = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
+        i.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        Arc::new(Pacer(tokio::sync::Mutex::new(i)))
+    }
+
+    async fn wait(&self) {
+        self.0.lock().await.tick().await;
+    }
 }
 
 /// Why there is no connection to publish on.
@@ -99,12 +115,7 @@ async fn unless_interrupted<T>(
 }
 
 impl Broker {
-    pub fn new(url: SecretUrl, opts: PublisherOptions, rate_per_sec: Option<f64>) -> Self {
-        let pacer = rate_per_sec.map(|r| {
-            let mut i = tokio::time::interval(Duration::from_secs_f64(1.0 / r));
-            i.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            i
-        });
+    pub fn new(url: SecretUrl, opts: PublisherOptions, pacer: Option<Arc<Pacer>>) -> Self {
         Broker {
             url,
             opts,
@@ -407,8 +418,8 @@ pub async fn replay(
         (Ok(()), Some(p)) => {
             let mut pending = Vec::with_capacity(ready.len());
             for (row, target) in ready {
-                if let Some(pacer) = broker.pacer.as_mut() {
-                    pacer.tick().await;
+                if let Some(pacer) = &broker.pacer {
+                    pacer.wait().await;
                 }
                 let sent = p.send(&target, &build_message(row, &opts.operator)).await;
                 pending.push((row, target, sent));

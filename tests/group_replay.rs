@@ -242,6 +242,8 @@ fn max_failures_stops_the_run() {
         "--yes",
         "--batch-size",
         "1",
+        "--workers",
+        "1",
         "--max-failures",
         "3",
     ]);
@@ -285,6 +287,8 @@ fn a_replayed_event_coming_back_as_a_dead_letter_stops_the_run() {
         "--yes",
         "--batch-size",
         "2",
+        "--workers",
+        "1",
     ]);
     let lines = r.lines();
     let s = &lines.last().unwrap()["summary"];

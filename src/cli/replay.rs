@@ -8,7 +8,7 @@ use dlq::error::{DlqError, Result};
 use dlq::model::{validate_id, Outcome};
 use dlq::plan::{run_plan, Plan, RunOptions, StopReason};
 use dlq::publisher::{replay_headers, PublisherOptions};
-use dlq::replay::{replay, resolve_target, Broker, Item, ItemReport, ReplayOptions};
+use dlq::replay::{replay, resolve_target, Broker, Item, ItemReport, Pacer, ReplayOptions};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -53,8 +53,11 @@ pub struct ReplayArgs {
     #[arg(long, requires = "plan", value_parser = clap::value_parser!(u64).range(1..))]
     pub max_failures: Option<u64>,
     /// With --plan: items claimed, published and marked together
-    #[arg(long, default_value_t = 100, requires = "plan", value_parser = clap::value_parser!(u64).range(1..=1000))]
+    #[arg(long, default_value_t = 500, requires = "plan", value_parser = clap::value_parser!(u64).range(1..=5000))]
     pub batch_size: u64,
+    /// With --plan and no --rate: batches in flight at once, each on its own connection
+    #[arg(long, default_value_t = 2, requires = "plan", value_parser = clap::value_parser!(u64).range(1..=8))]
+    pub workers: u64,
 }
 
 fn parse_rate(s: &str) -> std::result::Result<f64, String> {
@@ -325,14 +328,20 @@ async fn group(
         replay: opts,
         batch_size: batch,
         max_failures: args.max_failures.map(|m| m as usize),
+        // A rate cap is kept by one connection; otherwise overlap SQL and publishing.
+        workers: if args.rate.is_some() {
+            1
+        } else {
+            args.workers as usize
+        },
     };
-    let mut broker = Broker::new(amqp, publisher_opts, args.rate);
-    broker.connect_early();
+    let pacer = args.rate.map(Pacer::per_second);
+    let make_broker = || Broker::new(amqp.clone(), publisher_opts.clone(), pacer.clone());
     let progress = (ctx.format != Format::Json && std::io::stderr().is_terminal_stderr())
         .then(|| progress_bar(plan.items.len() as u64));
     let result = run_plan(
         store.as_ref(),
-        &mut broker,
+        make_broker,
         &plan,
         &run_opts,
         &interrupted,
@@ -347,7 +356,6 @@ async fn group(
         },
     )
     .await;
-    broker.close().await;
     store.close().await;
     let summary = result?;
     if let Some(pb) = &progress {

@@ -131,13 +131,14 @@ pub trait Store: Send + Sync {
     /// Protocol step 5: records why the outcome is unknown, keeping the claim.
     async fn note_uncertain(&self, ids: &[String], token: &str, error: &str) -> Result<()>;
     async fn append_history(&self, entries: &[NewHistory]) -> Result<()>;
-    /// Dead letters with one of these event IDs, dead-lettered after `since`: the
-    /// replayed event failed again. Returns (id, event_id).
-    async fn dead_lettered_again(
+    /// Dead letters written at or after `since` that carry an event ID, oldest first, at
+    /// most `limit`: (id, event_id, dead_lettered_at). A plan run watches these to see a
+    /// replayed event come back.
+    async fn dead_lettered_since(
         &self,
-        event_ids: &[String],
         since: DateTime<Utc>,
-    ) -> Result<Vec<(String, String)>>;
+        limit: i64,
+    ) -> Result<Vec<(String, String, DateTime<Utc>)>>;
     async fn close(&self);
 }
 

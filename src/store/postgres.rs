@@ -430,38 +430,40 @@ impl Store for PgStore {
         if entries.is_empty() {
             return Ok(());
         }
-        let mut qb = QueryBuilder::new(
+        // One statement with eight array parameters, however many entries.
+        let col = |f: fn(&NewHistory) -> Option<String>| entries.iter().map(f).collect::<Vec<_>>();
+        sqlx::query(
             "INSERT INTO dead_letter_history \
-             (dead_letter_id, operator, action, outcome, detail, token, target, plan_id) ",
-        );
-        qb.push_values(entries, |mut b, e| {
-            b.push_bind(&e.dead_letter_id)
-                .push_bind(&e.operator)
-                .push_bind(e.action)
-                .push_bind(e.outcome.as_str())
-                .push_bind(&e.detail)
-                .push_bind(&e.token)
-                .push_bind(&e.target)
-                .push_bind(&e.plan_id);
-        });
-        qb.build().execute(&self.pool).await.map_err(db_error)?;
+             (dead_letter_id, operator, action, outcome, detail, token, target, plan_id) \
+             SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], \
+                                  $6::text[], $7::text[], $8::text[])",
+        )
+        .bind(col(|e| Some(e.dead_letter_id.clone())))
+        .bind(col(|e| Some(e.operator.clone())))
+        .bind(col(|e| Some(e.action.to_string())))
+        .bind(col(|e| Some(e.outcome.as_str().to_string())))
+        .bind(col(|e| Some(e.detail.clone())))
+        .bind(col(|e| e.token.clone()))
+        .bind(col(|e| e.target.clone()))
+        .bind(col(|e| e.plan_id.clone()))
+        .execute(&self.pool)
+        .await
+        .map_err(db_error)?;
         Ok(())
     }
 
-    async fn dead_lettered_again(
+    async fn dead_lettered_since(
         &self,
-        event_ids: &[String],
         since: DateTime<Utc>,
-    ) -> Result<Vec<(String, String)>> {
-        if event_ids.is_empty() {
-            return Ok(Vec::new());
-        }
+        limit: i64,
+    ) -> Result<Vec<(String, String, DateTime<Utc>)>> {
         sqlx::query_as(
-            "SELECT id, eff_event_id FROM dead_letters \
-             WHERE eff_event_id = ANY($1) AND dead_lettered_at > $2 LIMIT 10",
+            "SELECT id, eff_event_id, dead_lettered_at FROM dead_letters \
+             WHERE dead_lettered_at >= $1 AND eff_event_id IS NOT NULL \
+             ORDER BY dead_lettered_at LIMIT $2",
         )
-        .bind(event_ids)
         .bind(since)
+        .bind(limit)
         .fetch_all(&self.pool)
         .await
         .map_err(db_error)

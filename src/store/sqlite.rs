@@ -494,23 +494,25 @@ impl Store for SqliteStore {
         Ok(())
     }
 
-    async fn dead_lettered_again(
+    async fn dead_lettered_since(
         &self,
-        event_ids: &[String],
         since: DateTime<Utc>,
-    ) -> Result<Vec<(String, String)>> {
-        if event_ids.is_empty() {
-            return Ok(Vec::new());
-        }
-        sqlx::query_as(
-            "SELECT id, eff_event_id FROM dead_letters \
-             WHERE eff_event_id IN (SELECT value FROM json_each(?1)) AND dead_lettered_at > ?2 LIMIT 10",
+        limit: i64,
+    ) -> Result<Vec<(String, String, DateTime<Utc>)>> {
+        let rows: Vec<(String, String, i64)> = sqlx::query_as(
+            "SELECT id, eff_event_id, dead_lettered_at FROM dead_letters \
+             WHERE dead_lettered_at >= ?1 AND eff_event_id IS NOT NULL \
+             ORDER BY dead_lettered_at LIMIT ?2",
         )
-        .bind(ids_json(event_ids))
         .bind(to_ms(since))
+        .bind(limit)
         .fetch_all(&self.pool)
         .await
-        .map_err(self.err())
+        .map_err(self.err())?;
+        Ok(rows
+            .into_iter()
+            .map(|(id, e, t)| (id, e, from_ms(t)))
+            .collect())
     }
 
     async fn close(&self) {
