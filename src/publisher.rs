@@ -12,8 +12,10 @@
 use crate::error::{DlqError, Result};
 use crate::secret::{scrub, SecretUrl};
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
+use lapin::tcp::{OwnedIdentity, OwnedTLSConfig};
 use lapin::types::{AMQPValue, FieldArray, FieldTable, LongString, ShortString};
-use lapin::{BasicProperties, Channel, Connection, ConnectionProperties};
+use lapin::uri::AMQPUri;
+use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, DefaultConnectionBuilder};
 use lapin::{Confirmation, PublisherConfirm};
 use std::time::Duration;
 use tokio::time::{timeout, Instant};
@@ -42,6 +44,7 @@ pub struct PublisherOptions {
     pub confirm_timeout: Duration,
     /// Shown in the broker's management UI.
     pub connection_name: String,
+    pub tls: TlsFiles,
 }
 
 /// The result of one publish, as the protocol needs it.
@@ -90,42 +93,120 @@ pub struct Publisher {
     host: String,
 }
 
-/// Checks an AMQP URL before any driver sees it (their parse errors echo the password).
-pub fn validate_amqp_url(url: &SecretUrl) -> Result<()> {
+/// TLS material for `amqps://`, read when connecting.
+#[derive(Debug, Clone, Default)]
+pub struct TlsFiles {
+    /// PEM bundle of CAs to trust (default: the system's roots).
+    pub ca_file: Option<std::path::PathBuf>,
+    /// PEM client certificate and PKCS#8 PEM key, for client-certificate authentication.
+    pub client_cert: Option<std::path::PathBuf>,
+    pub client_key: Option<std::path::PathBuf>,
+}
+
+impl TlsFiles {
+    fn load(&self) -> std::result::Result<OwnedTLSConfig, String> {
+        let read = |p: &std::path::Path, what: &str| {
+            std::fs::read(p).map_err(|e| format!("cannot read the {what} {}: {e}", p.display()))
+        };
+        let cert_chain = match &self.ca_file {
+            Some(p) => Some(
+                String::from_utf8(read(p, "CA file")?)
+                    .map_err(|_| format!("the CA file {} is not PEM text", p.display()))?,
+            ),
+            None => None,
+        };
+        let identity = match (&self.client_cert, &self.client_key) {
+            (Some(c), Some(k)) => Some(OwnedIdentity::PKCS8 {
+                pem: read(c, "client certificate")?,
+                key: read(k, "client key")?,
+            }),
+            (None, None) => None,
+            _ => return Err("--amqp-client-cert and --amqp-client-key go together".into()),
+        };
+        Ok(OwnedTLSConfig {
+            identity,
+            cert_chain,
+        })
+    }
+}
+
+/// Parses an AMQP URL the way an operator means it, before any driver sees it (their
+/// parse errors echo the password). Unlike the AMQP URI parser underneath lapin, an IP
+/// host (`10.0.0.5`, `[::1]`) is kept, not replaced by `localhost`; a user without a
+/// password is refused rather than given `guest`'s; `amqp://host` and `amqp://host/%2f`
+/// mean vhost `/`, and a bare trailing `/` (the empty vhost) is refused with an
+/// explanation.
+pub fn parse_amqp_url(url: &SecretUrl) -> Result<AMQPUri> {
+    let bad = |why: String| DlqError::usage(format!("invalid AMQP URL {url}: {why}"));
     let u = url::Url::parse(url.expose()).map_err(|e| {
-        DlqError::usage(format!(
-            "invalid AMQP URL {url}: {e}; expected amqp://USER:PASSWORD@HOST:PORT/VHOST"
+        bad(format!(
+            "{e}; expected amqp://USER:PASSWORD@HOST:PORT/VHOST"
         ))
     })?;
     if u.scheme() != "amqp" && u.scheme() != "amqps" {
-        return Err(DlqError::usage(format!(
-            "invalid AMQP URL {url}: the scheme must be amqp or amqps"
-        )));
+        return Err(bad("the scheme must be amqp or amqps".into()));
     }
-    if u.host_str().unwrap_or("").is_empty() {
-        return Err(DlqError::usage(format!("invalid AMQP URL {url}: no host")));
-    }
+    let host = match u.host() {
+        Some(url::Host::Domain(d)) if !d.is_empty() => d.to_string(),
+        Some(url::Host::Ipv4(ip)) => ip.to_string(),
+        Some(url::Host::Ipv6(ip)) => ip.to_string(),
+        _ => return Err(bad("no host".into())),
+    };
     if !u.username().is_empty() && u.password().is_none() {
         return Err(DlqError::usage(format!(
-            "AMQP URL {url} names user {:?} but no password; give one (or use --amqp-url-file) rather than relying on the default",
+            "AMQP URL {url} names user {:?} but no password; give one (or use --amqp-url-file) rather than relying on a default",
             u.username()
         )));
     }
-    Ok(())
+    let decode = |s: &str| {
+        url::form_urlencoded::parse(format!("x={}", s.replace('+', "%2B")).as_bytes())
+            .next()
+            .map(|(_, v)| v.into_owned())
+            .unwrap_or_default()
+    };
+    let vhost = match u.path() {
+        "" => "/".to_string(),
+        "/" => {
+            return Err(bad(
+                "it ends in '/', which names the empty vhost \"\"; for the default vhost write /%2f (or leave the path out)".into(),
+            ))
+        }
+        p if p[1..].contains('/') => {
+            return Err(bad(format!(
+                "vhost path {p:?} has more than one segment; encode a '/' inside a vhost name as %2f"
+            )))
+        }
+        p => decode(&p[1..]),
+    };
+    // The query (heartbeat, connection_timeout, ...) is parsed by the AMQP URI parser;
+    // its error text is not shown since it repeats the URL.
+    let mut uri: AMQPUri = url
+        .expose()
+        .parse()
+        .map_err(|_| bad("unsupported query parameters".into()))?;
+    uri.authority.host = host;
+    uri.authority.port = u
+        .port()
+        .unwrap_or(if u.scheme() == "amqps" { 5671 } else { 5672 });
+    if !u.username().is_empty() {
+        uri.authority.userinfo.username = decode(u.username());
+        uri.authority.userinfo.password = decode(u.password().unwrap_or_default());
+    }
+    uri.vhost = vhost;
+    Ok(uri)
 }
 
-fn host_of(url: &SecretUrl) -> String {
-    url::Url::parse(url.expose())
-        .ok()
-        .map(|u| {
-            format!(
-                "{}:{}",
-                u.host_str().unwrap_or("?"),
-                u.port()
-                    .unwrap_or(if u.scheme() == "amqps" { 5671 } else { 5672 })
-            )
-        })
-        .unwrap_or_else(|| "?".into())
+/// Checks an AMQP URL (see [`parse_amqp_url`]).
+pub fn validate_amqp_url(url: &SecretUrl) -> Result<()> {
+    parse_amqp_url(url).map(|_| ())
+}
+
+fn host_of(uri: &AMQPUri) -> String {
+    if uri.authority.host.contains(':') {
+        format!("[{}]:{}", uri.authority.host, uri.authority.port)
+    } else {
+        format!("{}:{}", uri.authority.host, uri.authority.port)
+    }
 }
 
 impl Publisher {
@@ -135,12 +216,18 @@ impl Publisher {
         url: &SecretUrl,
         opts: PublisherOptions,
     ) -> std::result::Result<Self, String> {
-        validate_amqp_url(url).map_err(|e| e.to_string())?;
-        let host = host_of(url);
+        let uri = parse_amqp_url(url).map_err(|e| e.to_string())?;
+        let host = host_of(&uri);
+        let tls = opts.tls.load()?;
         let props = ConnectionProperties::default()
             .with_connection_name(LongString::from(opts.connection_name.clone()));
         let deadline = Instant::now() + opts.connect_timeout;
-        let conn = match timeout(opts.connect_timeout, Connection::connect(url.expose(), props)).await {
+        let builder = DefaultConnectionBuilder::new()
+            .map_err(|e| format!("no async runtime for the broker connection: {e}"))?
+            .with_uri(uri)
+            .with_properties(props)
+            .with_tls_config(tls);
+        let conn = match timeout(opts.connect_timeout, builder.connect()).await {
             Err(_) => {
                 return Err(format!(
                     "timed out after {} connecting to RabbitMQ at {host} (unreachable, or the vhost does not exist)",
@@ -150,30 +237,40 @@ impl Publisher {
             Ok(Err(e)) => return Err(describe_connect_error(&e, &host)),
             Ok(Ok(c)) => c,
         };
-        let channel = match tokio::time::timeout_at(deadline, conn.create_channel()).await {
-            Ok(Ok(ch)) => ch,
-            Ok(Err(e)) => {
+        // A broker under a memory or disk alarm blocks the connection: lapin then holds
+        // every frame, so say so at once instead of waiting for the timeout.
+        let blocked = || {
+            format!("RabbitMQ at {host} has blocked publishing (memory or disk alarm); nothing was sent")
+        };
+        let channel = match until_blocked(&conn, deadline, conn.create_channel()).await {
+            Step::Done(Ok(ch)) => ch,
+            Step::Done(Err(e)) => {
                 return Err(format!(
                     "opening a channel on {host}: {}",
                     scrub(&e.to_string())
                 ))
             }
-            Err(_) => return Err(format!("timed out opening a channel on {host}")),
+            Step::Blocked => return Err(blocked()),
+            Step::TimedOut => return Err(format!("timed out opening a channel on {host}")),
         };
-        match tokio::time::timeout_at(
+        match until_blocked(
+            &conn,
             deadline,
             channel.confirm_select(ConfirmSelectOptions::default()),
         )
         .await
         {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => {
+            Step::Done(Ok(())) => {}
+            Step::Done(Err(e)) => {
                 return Err(format!(
                     "enabling publisher confirms on {host}: {}",
                     scrub(&e.to_string())
                 ))
             }
-            Err(_) => return Err(format!("timed out enabling publisher confirms on {host}")),
+            Step::Blocked => return Err(blocked()),
+            Step::TimedOut => {
+                return Err(format!("timed out enabling publisher confirms on {host}"))
+            }
         }
         tracing::debug!(%host, "connected to RabbitMQ, confirm mode on");
         Ok(Publisher {
@@ -295,6 +392,31 @@ impl Publisher {
     }
 }
 
+enum Step<T> {
+    Done(T),
+    Blocked,
+    TimedOut,
+}
+
+/// Awaits `fut` until `deadline`, giving up early if the broker blocks the connection.
+async fn until_blocked<T>(
+    conn: &Connection,
+    deadline: Instant,
+    fut: impl std::future::Future<Output = T>,
+) -> Step<T> {
+    tokio::pin!(fut);
+    loop {
+        if conn.status().blocked() {
+            return Step::Blocked;
+        }
+        tokio::select! {
+            v = &mut fut => return Step::Done(v),
+            _ = tokio::time::sleep_until(deadline) => return Step::TimedOut,
+            _ = tokio::time::sleep(Duration::from_millis(20)) => {}
+        }
+    }
+}
+
 fn describe_connect_error(e: &lapin::Error, host: &str) -> String {
     let text = scrub(&e.to_string());
     let lower = text.to_lowercase();
@@ -375,6 +497,46 @@ fn to_amqp(v: &serde_json::Value) -> AMQPValue {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn parse(s: &str) -> Result<AMQPUri> {
+        parse_amqp_url(&SecretUrl::new(s))
+    }
+
+    #[test]
+    fn ip_hosts_are_kept_not_turned_into_localhost() {
+        assert_eq!(
+            parse("amqp://u:p@10.1.2.3:5673/%2f")
+                .unwrap()
+                .authority
+                .host,
+            "10.1.2.3"
+        );
+        let v6 = parse("amqp://u:p@[::1]:5672/%2f").unwrap();
+        assert_eq!(v6.authority.host, "::1");
+        assert_eq!(host_of(&v6), "[::1]:5672");
+    }
+
+    #[test]
+    fn vhosts() {
+        assert_eq!(parse("amqp://u:p@h").unwrap().vhost, "/");
+        assert_eq!(parse("amqp://u:p@h/%2f").unwrap().vhost, "/");
+        assert_eq!(parse("amqp://u:p@h/orders").unwrap().vhost, "orders");
+        assert_eq!(parse("amqp://u:p@h/a%2fb").unwrap().vhost, "a/b");
+        let e = parse("amqp://u:p@h/").unwrap_err().to_string();
+        assert!(e.contains("empty vhost") && e.contains("%2f"), "{e}");
+    }
+
+    #[test]
+    fn credentials() {
+        let u = parse("amqp://bob:s%40cret@h/%2f").unwrap();
+        assert_eq!(u.authority.userinfo.username, "bob");
+        assert_eq!(u.authority.userinfo.password, "s@cret");
+        let e = parse("amqp://bob@h/%2f").unwrap_err().to_string();
+        assert!(e.contains("no password"), "{e}");
+        let d = parse("amqp://h/%2f").unwrap();
+        assert_eq!(d.authority.userinfo.username, "guest");
+        assert_eq!(parse("amqps://u:p@h").unwrap().authority.port, 5671);
+    }
 
     #[test]
     fn bookkeeping_headers_are_dropped_and_ours_added() {

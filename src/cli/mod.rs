@@ -81,6 +81,28 @@ pub struct GlobalOpts {
         conflicts_with = "amqp_url"
     )]
     pub amqp_url_file: Option<std::path::PathBuf>,
+    /// PEM file of CAs to trust for amqps:// (default: the system's roots)
+    #[arg(long, global = true, env = "DLQ_AMQP_CA_FILE")]
+    pub amqp_ca_file: Option<std::path::PathBuf>,
+    /// PEM client certificate for amqps:// (with --amqp-client-key)
+    #[arg(
+        long,
+        global = true,
+        env = "DLQ_AMQP_CLIENT_CERT",
+        requires = "amqp_client_key"
+    )]
+    pub amqp_client_cert: Option<std::path::PathBuf>,
+    /// PEM (PKCS#8) key of the client certificate
+    #[arg(
+        long,
+        global = true,
+        env = "DLQ_AMQP_CLIENT_KEY",
+        requires = "amqp_client_cert"
+    )]
+    pub amqp_client_key: Option<std::path::PathBuf>,
+    /// Refuse plaintext connections: amqps:// only, PostgreSQL with sslmode=require, verify-ca or verify-full
+    #[arg(long, global = true, env = "DLQ_REQUIRE_TLS", action = clap::ArgAction::SetTrue, value_parser = clap::builder::BoolishValueParser::new())]
+    pub require_tls: bool,
     /// Who is acting, recorded in history and claim tokens [default: your login name]
     #[arg(long, global = true, env = "DLQ_OPERATOR")]
     pub operator: Option<String>,
@@ -148,7 +170,19 @@ impl Ctx {
             Some(p) => read_url_file(p, "database URL")?,
             None => self.global.database_url.clone(),
         };
-        Ok(SecretUrl::new(raw))
+        let url = SecretUrl::new(raw);
+        if self.global.require_tls {
+            require_tls_database(&url)?;
+        }
+        Ok(url)
+    }
+
+    pub fn tls_files(&self) -> dlq::publisher::TlsFiles {
+        dlq::publisher::TlsFiles {
+            ca_file: self.global.amqp_ca_file.clone(),
+            client_cert: self.global.amqp_client_cert.clone(),
+            client_key: self.global.amqp_client_key.clone(),
+        }
     }
 
     pub fn amqp_url(&self) -> Result<SecretUrl> {
@@ -158,6 +192,11 @@ impl Ctx {
         };
         let url = SecretUrl::new(raw);
         dlq::publisher::validate_amqp_url(&url)?;
+        if self.global.require_tls && url.scheme() != "amqps" {
+            return Err(DlqError::usage(format!(
+                "--require-tls: the AMQP URL {url} is not amqps://"
+            )));
+        }
         Ok(url)
     }
 
@@ -206,6 +245,37 @@ impl Ctx {
     }
 }
 
+/// `--require-tls` for the database: SQLite is a local file; PostgreSQL must verify or
+/// at least require TLS (in the URL's `sslmode` or `PGSSLMODE`).
+fn require_tls_database(url: &SecretUrl) -> Result<()> {
+    if url.scheme().starts_with("sqlite") {
+        return Ok(());
+    }
+    let from_url = url::Url::parse(url.expose()).ok().and_then(|u| {
+        u.query_pairs()
+            .find(|(k, _)| k == "sslmode")
+            .map(|(_, v)| v.into_owned())
+    });
+    let mode = from_url.or_else(|| std::env::var("PGSSLMODE").ok());
+    match mode.as_deref() {
+        Some("require" | "verify-ca" | "verify-full") => Ok(()),
+        other => Err(DlqError::usage(format!(
+            "--require-tls: the database URL {url} allows plaintext (sslmode={}); add ?sslmode=verify-full (or require)",
+            other.unwrap_or("prefer, the default")
+        ))),
+    }
+}
+
+/// A password typed into a flag shows in `ps` for every user of the machine.
+fn warn_if_password_in_flag(flag: &str, env: &str, value: &str) {
+    let typed = std::env::args().any(|a| a == flag || a.starts_with(&format!("{flag}=")));
+    if typed && SecretUrl::new(value).has_password() {
+        eprintln!(
+            "dlq: warning: a password given in {flag} is visible to other users of this machine; prefer {env} or {flag}-file"
+        );
+    }
+}
+
 fn init_logging(verbose: u8) {
     let level = match verbose {
         0 => "warn,lapin=off,amq_protocol=off",
@@ -246,6 +316,12 @@ impl Drop for ScrubbedStderr {
 }
 
 pub fn main() -> u8 {
+    std::panic::set_hook(Box::new(|info| {
+        eprintln!(
+            "dlq: internal error (a bug): {}",
+            scrub(&info.to_string()).replace('\n', " ")
+        );
+    }));
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {
@@ -256,19 +332,12 @@ pub fn main() -> u8 {
     // Register the passwords of the configured URLs before anything can print them.
     let _ = SecretUrl::new(cli.global.database_url.clone());
     let _ = SecretUrl::new(cli.global.amqp_url.clone());
-    if SecretUrl::new(cli.global.amqp_url.clone()).has_password()
-        && std::env::args()
-            .any(|a| a.starts_with("--amqp-url") && !a.starts_with("--amqp-url-file"))
-        && std::env::var("DLQ_AMQP_URL").is_err()
-    {
-        eprintln!("dlq: warning: a password given in --amqp-url is visible to other users of this machine; prefer DLQ_AMQP_URL or --amqp-url-file");
-    }
-    if SecretUrl::new(cli.global.database_url.clone()).has_password()
-        && std::env::args()
-            .any(|a| a.starts_with("--database-url") && !a.starts_with("--database-url-file"))
-    {
-        eprintln!("dlq: warning: a password given in --database-url is visible to other users of this machine; prefer DLQ_DATABASE_URL or --database-url-file");
-    }
+    warn_if_password_in_flag("--amqp-url", "DLQ_AMQP_URL", &cli.global.amqp_url);
+    warn_if_password_in_flag(
+        "--database-url",
+        "DLQ_DATABASE_URL",
+        &cli.global.database_url,
+    );
     init_logging(cli.global.verbose);
     let format = cli
         .global

@@ -160,6 +160,7 @@ pub async fn run(ctx: &Ctx, args: ReplayArgs) -> Result<u8> {
         connect_timeout: ctx.global.connect_timeout,
         confirm_timeout: args.confirm_timeout,
         connection_name: format!("dlq replay by {operator}"),
+        tls: ctx.tls_files(),
     };
     match (&args.id, &args.plan) {
         (Some(id), _) => single(ctx, &args, id, opts, amqp, publisher_opts).await,

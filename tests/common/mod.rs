@@ -467,6 +467,10 @@ pub enum OnServerBytes {
     CutOther(Vec<u8>, Arc<AtomicBool>),
     /// Stop forwarding and hold the connection open, sending nothing (a black hole).
     Stall(Vec<u8>),
+    /// Forward, then send these bytes to the client as if from the server.
+    Inject(Vec<u8>, Vec<u8>),
+    /// Accept connections and never answer (no RST): a black-holed service.
+    Blackhole,
 }
 
 impl Proxy {
@@ -496,6 +500,19 @@ impl Proxy {
                         continue;
                     }
                     let (up, cut, hook) = (upstream.clone(), c2.clone(), hook.clone());
+                    if matches!(hook, OnServerBytes::Blackhole) {
+                        tokio::spawn(async move {
+                            use tokio::io::AsyncReadExt;
+                            let mut client = client;
+                            let mut buf = [0u8; 4096];
+                            while let Ok(n) = client.read(&mut buf).await {
+                                if n == 0 {
+                                    break;
+                                }
+                            }
+                        });
+                        continue;
+                    }
                     tokio::spawn(async move {
                         let Ok(server) = tokio::net::TcpStream::connect(&up).await else {
                             return;
@@ -573,6 +590,12 @@ async fn pipe(
                 tokio::time::sleep(std::time::Duration::from_secs(30)).await;
                 break;
             }
+            OnServerBytes::Inject(p, extra) if seen(p) => {
+                if cw.write_all(&buf[..n]).await.is_err() || cw.write_all(extra).await.is_err() {
+                    break;
+                }
+                continue;
+            }
             _ => {}
         }
         if cw.write_all(&buf[..n]).await.is_err() {
@@ -584,6 +607,29 @@ async fn pipe(
 
 /// The method frame payload start of basic.ack (class 60, method 80).
 pub const BASIC_ACK: [u8; 4] = [0x00, 0x3C, 0x00, 0x50];
+/// connection.open-ok (class 10, method 41): where a broker under an alarm says blocked.
+pub const CONNECTION_OPEN_OK: [u8; 4] = [0x00, 0x0A, 0x00, 0x29];
+
+/// A connection.blocked frame (class 10, method 60), as a broker under an alarm sends it.
+pub fn connection_blocked_frame() -> Vec<u8> {
+    let reason = b"low on memory";
+    let mut payload = vec![0x00, 0x0A, 0x00, 0x3C, reason.len() as u8];
+    payload.extend_from_slice(reason);
+    let mut frame = vec![0x01, 0x00, 0x00];
+    frame.extend_from_slice(&(payload.len() as u32).to_be_bytes());
+    frame.extend_from_slice(&payload);
+    frame.push(0xCE);
+    frame
+}
+
+/// Sends a signal to a child process.
+pub fn signal(child: &std::process::Child, sig: &str) {
+    let ok = Command::new("kill")
+        .args([&format!("-{sig}"), &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(ok.success());
+}
 
 /// A dead letter as JSON for `import`.
 pub fn letter(id: &str, queue: &str, body: &[u8]) -> serde_json::Value {
