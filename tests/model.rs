@@ -1,0 +1,229 @@
+//! Model-based test of the lease protocol: random sequences of claim / mark / release /
+//! time passing, run against the real SQLite and PostgreSQL stores and against a small
+//! in-memory model, which must agree after every step. Time passes in the database: leases
+//! are moved into the past by SQL, never by sleeping.
+
+mod common;
+use common::*;
+use dlq::secret::SecretUrl;
+use dlq::store::{open, NewDeadLetter, Store, StoreOptions};
+use proptest::prelude::*;
+use std::time::Duration;
+
+const ID: &str = "m1";
+
+#[derive(Debug, Clone)]
+enum Op {
+    Claim { actor: usize, lease_min: u64 },
+    Mark { actor: usize, stale: bool },
+    Release { actor: usize, stale: bool },
+    Advance { min: u64 },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        (0..3usize, 1..10u64).prop_map(|(actor, lease_min)| Op::Claim { actor, lease_min }),
+        (0..3usize, any::<bool>()).prop_map(|(actor, stale)| Op::Mark { actor, stale }),
+        (0..3usize, any::<bool>()).prop_map(|(actor, stale)| Op::Release { actor, stale }),
+        (1..15u64).prop_map(|min| Op::Advance { min }),
+    ]
+}
+
+/// The whole truth about one row, in minutes relative to now.
+#[derive(Debug, Default)]
+struct Model {
+    replayed: bool,
+    owner: Option<String>,
+    expires_in: i64,
+}
+
+impl Model {
+    fn live(&self, token: &str) -> bool {
+        !self.replayed && self.owner.as_deref() == Some(token) && self.expires_in > 0
+    }
+    fn state(&self) -> &'static str {
+        if self.replayed {
+            "replayed"
+        } else if self.owner.is_some() && self.expires_in > 0 {
+            "claimed"
+        } else {
+            "pending"
+        }
+    }
+}
+
+struct Harness {
+    store: Box<dyn Store>,
+    backend: Backend,
+    url: String,
+    _db: TestDb,
+}
+
+impl Harness {
+    async fn new(db: TestDb) -> Harness {
+        let backend = db.backend;
+        let store = open(&SecretUrl::new(db.url.clone()), &StoreOptions::default())
+            .await
+            .unwrap();
+        Harness {
+            store,
+            backend,
+            url: db.url.clone(),
+            _db: db,
+        }
+    }
+
+    async fn reset(&self) {
+        self.sql("DELETE FROM dead_letters", 0).await;
+        let row = NewDeadLetter {
+            line: 1,
+            id: ID.into(),
+            body: b"{}".to_vec(),
+            reason: "retries_exhausted".into(),
+            headers_json: "{}".into(),
+            ..Default::default()
+        };
+        self.store.import(vec![row], false).await.unwrap();
+    }
+
+    /// Moves every lease `min` minutes into the past: time passing, on the DB's terms.
+    async fn advance(&self, min: u64) {
+        let q = match self.backend {
+            Backend::Postgres => "UPDATE dead_letters SET replay_claim_expires_at = replay_claim_expires_at - make_interval(mins => $1::int)",
+            Backend::Sqlite => "UPDATE dead_letters SET replay_claim_expires_at = replay_claim_expires_at - ?1 * 60000",
+        };
+        self.sql(q, min as i64).await;
+    }
+
+    async fn sql(&self, q: &str, arg: i64) {
+        match self.backend {
+            Backend::Postgres => {
+                let pool = sqlx::PgPool::connect(&self.url).await.unwrap();
+                let mut query = sqlx::query(q);
+                if q.contains("$1") {
+                    query = query.bind(arg);
+                }
+                query.execute(&pool).await.unwrap();
+                pool.close().await;
+            }
+            Backend::Sqlite => {
+                let pool = sqlx::SqlitePool::connect(&self.url).await.unwrap();
+                let mut query = sqlx::query(q);
+                if q.contains("?1") {
+                    query = query.bind(arg);
+                }
+                query.execute(&pool).await.unwrap();
+                pool.close().await;
+            }
+        }
+    }
+
+    async fn state(&self) -> String {
+        let rows = self.store.summaries(&[ID.to_string()]).await.unwrap();
+        rows[0].state.as_str().to_string()
+    }
+}
+
+async fn check(h: &Harness, ops: Vec<Op>) -> Result<(), TestCaseError> {
+    h.reset().await;
+    let ids = vec![ID.to_string()];
+    let mut model = Model::default();
+    // Every token each actor was ever given, newest last.
+    let mut tokens: Vec<Vec<String>> = vec![Vec::new(); 3];
+    let pick = |tokens: &Vec<Vec<String>>, actor: usize, stale: bool| -> String {
+        let t = &tokens[actor];
+        match (stale, t.len()) {
+            (_, 0) => format!("actor{actor}:00000000-0000-4000-8000-000000000000"),
+            (true, _) => t[0].clone(),
+            (false, n) => t[n - 1].clone(),
+        }
+    };
+    for op in ops {
+        match op {
+            Op::Claim { actor, lease_min } => {
+                let token = dlq::replay::new_token(&format!("actor{actor}"));
+                let got = h
+                    .store
+                    .claim(&ids, &token, Duration::from_secs(lease_min * 60))
+                    .await
+                    .unwrap();
+                let expect = !model.replayed && (model.owner.is_none() || model.expires_in <= 0);
+                prop_assert_eq!(!got.is_empty(), expect, "claim {:?} on {:?}", op, model);
+                if expect {
+                    model.owner = Some(token.clone());
+                    model.expires_in = lease_min as i64;
+                    tokens[actor].push(token);
+                }
+            }
+            Op::Mark { actor, stale } => {
+                let token = pick(&tokens, actor, stale);
+                let got = h.store.mark_replayed(&ids, &token).await.unwrap();
+                let expect = model.live(&token);
+                prop_assert_eq!(!got.is_empty(), expect, "mark {:?} on {:?}", op, model);
+                if expect {
+                    model.replayed = true;
+                }
+            }
+            Op::Release { actor, stale } => {
+                let token = pick(&tokens, actor, stale);
+                let got = h.store.release(&ids, &token, Some("model")).await.unwrap();
+                let expect = model.live(&token);
+                prop_assert_eq!(!got.is_empty(), expect, "release {:?} on {:?}", op, model);
+                if expect {
+                    model.owner = None;
+                    model.expires_in = 0;
+                }
+            }
+            Op::Advance { min } => {
+                h.advance(min).await;
+                model.expires_in -= min as i64;
+            }
+        }
+        prop_assert_eq!(h.state().await, model.state(), "state after {:?}", op);
+        let live_now = h
+            .store
+            .live_leases(&ids, model.owner.as_deref().unwrap_or("-"))
+            .await
+            .unwrap();
+        prop_assert_eq!(
+            !live_now.is_empty(),
+            model.owner.as_deref().is_some_and(|t| model.live(t))
+        );
+    }
+    // An unknown ID is never claimed.
+    let none = h
+        .store
+        .claim(&["no-such".to_string()], "x:y", Duration::from_secs(60))
+        .await
+        .unwrap();
+    prop_assert!(none.is_empty());
+    Ok(())
+}
+
+fn run_model(backend: Backend, cases: u32) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let db = TestDb::migrated(backend);
+    let h = rt.block_on(Harness::new(db));
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig {
+        cases,
+        ..ProptestConfig::default()
+    });
+    runner
+        .run(&proptest::collection::vec(op(), 1..30), |ops| {
+            rt.block_on(check(&h, ops))
+        })
+        .unwrap();
+}
+
+#[test]
+fn lease_protocol_matches_the_model_on_sqlite() {
+    run_model(Backend::Sqlite, 96);
+}
+
+#[test]
+fn lease_protocol_matches_the_model_on_postgres() {
+    run_model(Backend::Postgres, 48);
+}
