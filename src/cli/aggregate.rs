@@ -5,7 +5,7 @@ use super::output::{thousands, time};
 use super::{Ctx, Format};
 use clap::Args;
 use dlq::error::Result;
-use dlq::model::{Dimension, GroupKey, UNKNOWN};
+use dlq::model::{Dimension, Group, GroupKey, UNKNOWN};
 use serde_json::{Map, Value};
 
 #[derive(Debug, Args)]
@@ -24,6 +24,12 @@ fn parse_by(s: &str) -> Result<DimList, String> {
     Dimension::parse_list(s)
         .map(DimList)
         .map_err(|e| e.to_string())
+}
+
+/// A bar of up to 30 cells, at least one for any non-zero count.
+fn bar(count: i64, max: i64) -> String {
+    let cells = ((count as f64 / max as f64) * 30.0).round().max(1.0) as usize;
+    "█".repeat(cells)
 }
 
 fn key_text(k: &GroupKey) -> String {
@@ -78,8 +84,20 @@ pub async fn run(ctx: &Ctx, args: AggregateArgs) -> Result<u8> {
                 ]
                 .map(String::from),
             );
-            let rows = groups
-                .iter()
+            // Over time, a bar per bucket shows a burst at a glance; the table then runs
+            // in time order (JSON keeps the contract's largest-first order).
+            let chart = args.by.0.len() == 1 && args.by.0[0].is_time();
+            let max = groups.iter().map(|g| g.count).max().unwrap_or(1).max(1);
+            let mut shown: Vec<&Group> = groups.iter().collect();
+            if chart {
+                header.push(String::new());
+                shown.sort_by_key(|g| match g.keys.first() {
+                    Some((_, GroupKey::Time(t))) => *t,
+                    _ => g.first_seen,
+                });
+            }
+            let rows = shown
+                .into_iter()
                 .map(|g| {
                     let mut r: Vec<String> = g.keys.iter().map(|(_, k)| key_text(k)).collect();
                     r.extend([
@@ -90,6 +108,9 @@ pub async fn run(ctx: &Ctx, args: AggregateArgs) -> Result<u8> {
                         time(g.first_seen),
                         time(g.last_seen),
                     ]);
+                    if chart {
+                        r.push(bar(g.count, max));
+                    }
                     r
                 })
                 .collect();

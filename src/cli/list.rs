@@ -13,13 +13,42 @@ pub struct ListArgs {
     /// At most this many rows
     #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(i64).range(1..=1_000_000))]
     pub limit: i64,
+    /// Refresh every INTERVAL (default 2s) until Ctrl-C
+    #[arg(long, value_name = "INTERVAL", num_args = 0..=1, default_missing_value = "2s", value_parser = dlq::timeparse::duration_arg)]
+    pub watch: Option<std::time::Duration>,
 }
 
 pub async fn run(ctx: &Ctx, args: ListArgs) -> Result<u8> {
     let store = ctx.store().await?;
-    let filter = args.filters.resolve(store.as_ref()).await?;
+    let Some(every) = args.watch else {
+        render(ctx, store.as_ref(), &args).await?;
+        store.close().await;
+        return Ok(dlq::exit::OK);
+    };
+    let terminal = std::io::IsTerminal::is_terminal(&std::io::stdout());
+    loop {
+        if terminal {
+            ctx.out.text("\x1b[2J\x1b[H");
+            eprintln!(
+                "every {}; Ctrl-C to stop",
+                humantime::format_duration(every)
+            );
+        }
+        render(ctx, store.as_ref(), &args).await?;
+        tokio::select! {
+            _ = tokio::time::sleep(every) => {}
+            _ = tokio::signal::ctrl_c() => break,
+        }
+    }
+    store.close().await;
+    Ok(dlq::exit::OK)
+}
+
+async fn render(ctx: &Ctx, store: &dyn dlq::store::Store, args: &ListArgs) -> Result<()> {
+    let filter = args.filters.resolve(store).await?;
     let (rows, total) = store.list(&filter, args.limit).await?;
     match ctx.format {
+        Format::Json if args.watch.is_some() => ctx.out.json_line(&rows),
         Format::Json => ctx.out.json(&rows),
         Format::Table | Format::Markdown => {
             let header = [
@@ -61,6 +90,5 @@ pub async fn run(ctx: &Ctx, args: ListArgs) -> Result<u8> {
     } else if rows.is_empty() && ctx.format != Format::Json {
         eprintln!("no dead letters match");
     }
-    store.close().await;
-    Ok(dlq::exit::OK)
+    Ok(())
 }

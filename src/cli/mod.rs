@@ -7,14 +7,16 @@ mod completions;
 mod filters;
 mod import;
 mod list;
+mod man;
 mod migrate;
 mod output;
 mod plan;
+mod profile;
 mod release;
 mod replay;
 mod show;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use dlq::error::{DlqError, Result};
 use dlq::secret::{scrub, SecretUrl};
 use dlq::store::{self, Store, StoreOptions};
@@ -118,6 +120,12 @@ pub struct GlobalOpts {
     /// How long to wait for a lock (PostgreSQL lock_timeout, SQLite busy timeout)
     #[arg(long, global = true, env = "DLQ_LOCK_TIMEOUT", default_value = "5s", value_parser = dlq::timeparse::duration_arg)]
     pub lock_timeout: Duration,
+    /// Use the named profile of the config file (flags and env still win)
+    #[arg(long, global = true, env = "DLQ_PROFILE")]
+    pub profile: Option<String>,
+    /// The config file [default: $XDG_CONFIG_HOME/dlq/config.toml]
+    #[arg(long, global = true, env = "DLQ_CONFIG")]
+    pub config: Option<std::path::PathBuf>,
     /// More logging on stderr (-v: connections and steps, -vv: SQL and broker frames)
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
@@ -145,6 +153,22 @@ pub enum Command {
     Migrate(migrate::MigrateArgs),
     /// Print shell completions
     Completions(completions::CompletionsArgs),
+    /// Print the man page (roff)
+    Man(man::ManArgs),
+    /// Print dead-letter IDs for shell completion
+    #[command(name = "__ids", hide = true)]
+    Ids(completions::IdsArgs),
+}
+
+impl Command {
+    /// A profile's default lease, for the commands that take one.
+    pub fn set_default_lease(&mut self, lease: Duration) {
+        match self {
+            Command::Claim(a) => a.lease = lease,
+            Command::Replay(a) => a.lease = lease,
+            _ => {}
+        }
+    }
 }
 
 /// Everything a subcommand needs, resolved once.
@@ -152,6 +176,8 @@ pub struct Ctx {
     pub global: GlobalOpts,
     pub format: Format,
     pub out: Out,
+    /// The profile's name when it is marked production.
+    pub production: Option<String>,
 }
 
 fn read_url_file(path: &std::path::Path, what: &str) -> Result<String> {
@@ -322,11 +348,21 @@ pub fn main() -> u8 {
             scrub(&info.to_string()).replace('\n', " ")
         );
     }));
-    let cli = match Cli::try_parse() {
+    let parsed = Cli::command()
+        .try_get_matches()
+        .and_then(|m| Cli::from_arg_matches(&m).map(|c| (c, m)));
+    let (mut cli, matches) = match parsed {
         Ok(c) => c,
         Err(e) => {
             let _ = e.print();
             return e.exit_code().clamp(0, 255) as u8;
+        }
+    };
+    let production = match profile::apply(&mut cli, &matches) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("dlq: error: {}", scrub(&e.to_string()));
+            return e.exit_code();
         }
     };
     // Register the passwords of the configured URLs before anything can print them.
@@ -351,6 +387,7 @@ pub fn main() -> u8 {
         global: cli.global,
         format,
         out: Out::new(format),
+        production,
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -387,5 +424,7 @@ async fn run(ctx: &Ctx, command: Command) -> Result<u8> {
         Command::Import(a) => import::run(ctx, a).await,
         Command::Migrate(a) => migrate::run(ctx, a).await,
         Command::Completions(a) => completions::run(ctx, a),
+        Command::Man(a) => man::run(ctx, a),
+        Command::Ids(a) => completions::ids(ctx, a).await,
     }
 }

@@ -106,12 +106,23 @@ fn watch_signals() -> Arc<AtomicBool> {
     flag
 }
 
-async fn confirm(prompt: String) -> Result<bool> {
-    tokio::task::spawn_blocking(move || {
-        dialoguer::Confirm::new()
+/// Asks on the terminal; defaults to No. On a production profile the operator must type
+/// the profile's name instead of answering y.
+async fn confirm(ctx: &Ctx, prompt: &str) -> Result<bool> {
+    let prompt = prompt.to_string();
+    let production = ctx.production.clone();
+    tokio::task::spawn_blocking(move || match production {
+        Some(name) => dialoguer::Input::<String>::new()
+            .with_prompt(format!(
+                "{prompt} This is the PRODUCTION profile: type its name ({name}) to go on"
+            ))
+            .allow_empty(true)
+            .interact_text()
+            .map(|typed| typed.trim() == name),
+        None => dialoguer::Confirm::new()
             .with_prompt(prompt)
             .default(false)
-            .interact()
+            .interact(),
     })
     .await
     .map_err(|e| DlqError::other(format!("prompt failed: {e}")))?
@@ -239,7 +250,7 @@ async fn single(
             row.summary.producer.as_deref().unwrap_or("(unknown)"),
             row.sha256()
         );
-        if !confirm("Replay it?".into()).await? {
+        if !confirm(ctx, "Replay it?").await? {
             return Ok(emit(
                 ctx,
                 &StepReport {
@@ -315,7 +326,7 @@ async fn group(
             super::output::time(plan.created_at),
             serde_json::to_string(&plan.filters).unwrap_or_default()
         );
-        if !confirm("Replay this plan?".into()).await? {
+        if !confirm(ctx, "Replay this plan?").await? {
             eprintln!("declined; nothing was claimed or published");
             return Ok(dlq::exit::NOT_DONE);
         }

@@ -1,0 +1,116 @@
+//! Named environments (`--profile prod`) from a TOML file at
+//! `$XDG_CONFIG_HOME/dlq/config.toml` (else `~/.config/dlq/config.toml`, or `--config`).
+//!
+//! A profile fills in what neither a flag nor an environment variable gave: flag > env >
+//! profile > built-in default.
+
+use super::Cli;
+use clap::parser::ValueSource;
+use clap::ArgMatches;
+use dlq::error::{DlqError, Result};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ConfigFile {
+    #[serde(default)]
+    profiles: BTreeMap<String, Profile>,
+}
+
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Profile {
+    database_url: Option<String>,
+    database_url_file: Option<PathBuf>,
+    amqp_url: Option<String>,
+    amqp_url_file: Option<PathBuf>,
+    operator: Option<String>,
+    /// Default `--lease` for claim and replay.
+    lease: Option<String>,
+    /// Ask for the profile's name before any replay (unless `--yes`).
+    #[serde(default)]
+    production: bool,
+}
+
+pub fn default_config_path() -> Option<PathBuf> {
+    std::env::var_os("XDG_CONFIG_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))
+        .map(|d| d.join("dlq").join("config.toml"))
+}
+
+fn explicit(m: &ArgMatches, id: &str) -> bool {
+    matches!(
+        m.value_source(id),
+        Some(ValueSource::CommandLine) | Some(ValueSource::EnvVariable)
+    )
+}
+
+/// Applies the selected profile to the parsed command line. Returns the profile's name
+/// when it is marked production.
+pub fn apply(cli: &mut Cli, matches: &ArgMatches) -> Result<Option<String>> {
+    let Some(name) = cli.global.profile.clone() else {
+        return Ok(None);
+    };
+    let path = cli
+        .global
+        .config
+        .clone()
+        .or_else(default_config_path)
+        .ok_or_else(|| {
+            DlqError::usage("--profile: no config file (set --config or XDG_CONFIG_HOME)")
+        })?;
+    let text = std::fs::read_to_string(&path).map_err(|e| {
+        DlqError::usage(format!(
+            "--profile {name}: cannot read {}: {e}",
+            path.display()
+        ))
+    })?;
+    let file: ConfigFile = toml::from_str(&text).map_err(|e| {
+        DlqError::usage(format!(
+            "{}: {}",
+            path.display(),
+            e.to_string().lines().next().unwrap_or("invalid TOML")
+        ))
+    })?;
+    let profile = file.profiles.get(&name).cloned().ok_or_else(|| {
+        DlqError::usage(format!(
+            "no profile {name:?} in {} (profiles: {})",
+            path.display(),
+            file.profiles.keys().cloned().collect::<Vec<_>>().join(", ")
+        ))
+    })?;
+    let g = &mut cli.global;
+    let db_given = explicit(matches, "database_url") || explicit(matches, "database_url_file");
+    if !db_given {
+        if let Some(f) = profile.database_url_file {
+            g.database_url_file = Some(f);
+        } else if let Some(u) = profile.database_url {
+            g.database_url = u;
+        }
+    }
+    let amqp_given = explicit(matches, "amqp_url") || explicit(matches, "amqp_url_file");
+    if !amqp_given {
+        if let Some(f) = profile.amqp_url_file {
+            g.amqp_url_file = Some(f);
+        } else if let Some(u) = profile.amqp_url {
+            g.amqp_url = u;
+        }
+    }
+    if !explicit(matches, "operator") {
+        if let Some(op) = profile.operator {
+            g.operator = Some(op);
+        }
+    }
+    if let (Some(lease), Some((_, sub))) = (&profile.lease, matches.subcommand()) {
+        if sub.try_get_raw("lease").is_ok() && !explicit(sub, "lease") {
+            let d = dlq::timeparse::parse_duration(lease)
+                .map_err(|e| DlqError::usage(format!("profile {name}: lease: {e}")))?;
+            cli.command.set_default_lease(d);
+        }
+    }
+    Ok(profile.production.then_some(name))
+}
