@@ -54,6 +54,8 @@ pub struct Filter {
     pub producer: Option<String>,
     pub schema_version: Option<String>,
     pub source_queue: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event_id: Option<String>,
     pub since: Option<DateTime<Utc>>,
     pub until: Option<DateTime<Utc>>,
     pub state: StateFilter,

@@ -248,9 +248,16 @@ pub fn explain_unavailable(row: &Summary, now: DateTime<Utc>) -> (Outcome, Strin
                 (until - now).num_seconds().max(0)
             ),
         ),
+        (Some(_), Some(until)) => (
+            Outcome::NotReplayed,
+            format!(
+                "the claim lapsed at {} (or was taken over); nothing was published",
+                fmt_time(until)
+            ),
+        ),
         _ => (
             Outcome::NotReplayed,
-            "the claim is not held (it lapsed or was taken over); nothing was published".into(),
+            "nobody holds a claim on it; nothing was published".into(),
         ),
     }
 }

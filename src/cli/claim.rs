@@ -15,6 +15,9 @@ pub struct ClaimArgs {
     /// How long the lease lasts
     #[arg(long, default_value = "5m", value_parser = dlq::timeparse::duration_arg)]
     pub lease: Duration,
+    /// Print only the token (for `TOKEN=$(dlq claim ID --token-only)`); details go to stderr
+    #[arg(long)]
+    pub token_only: bool,
 }
 
 #[derive(Serialize)]
@@ -101,5 +104,12 @@ pub async fn run(ctx: &Ctx, args: ClaimArgs) -> Result<u8> {
         }
     }
     store.close().await;
+    if args.token_only {
+        match &report.token {
+            Some(t) => ctx.out.text(&format!("{t}\n")),
+            None => eprintln!("dlq: {}: {} ({})", report.id, report.outcome, report.detail),
+        }
+        return Ok(report.outcome.exit_code());
+    }
     Ok(emit(ctx, &report))
 }

@@ -19,6 +19,9 @@ pub struct FilterArgs {
     /// Only dead letters consumed from this queue
     #[arg(long)]
     pub source_queue: Option<String>,
+    /// Only dead letters of this business event (all its attempts)
+    #[arg(long)]
+    pub event_id: Option<String>,
     /// Dead-lettered at or after: RFC 3339, or a duration back from now (30m, 2h, 7d)
     #[arg(long, value_parser = time_arg)]
     pub since: Option<String>,
@@ -56,6 +59,7 @@ impl FilterArgs {
             ("producer", &self.producer),
             ("schema-version", &self.schema_version),
             ("source-queue", &self.source_queue),
+            ("event-id", &self.event_id),
         ] {
             if let Some(v) = v {
                 validate_filter_value(name, v)?;
@@ -81,6 +85,7 @@ impl FilterArgs {
             producer: self.producer.clone(),
             schema_version: self.schema_version.clone(),
             source_queue: self.source_queue.clone(),
+            event_id: self.event_id.clone(),
             since,
             until,
             state: self.state,

@@ -233,9 +233,11 @@ async fn single(
         match ctx.format {
             Format::Json => ctx.out.json(&doc),
             _ => ctx.out.text(&format!(
-                "dry run: would publish {id} to {target}\nmessage_id: {}\nheaders:\n{}\nbody:\n{}",
+                "dry run: would publish {id} to {target} (mandatory, persistent); nothing was claimed or published\nmessage_id: {}\nheaders:\n{}\nbody ({} bytes, sha256 {}, published byte for byte; shown pretty-printed when JSON):\n{}",
                 row.summary.event_id.as_deref().unwrap_or("(none)"),
                 serde_json::to_string_pretty(&headers).unwrap_or_default(),
+                row.body.len(),
+                row.sha256(),
                 super::show::render_body(&row.body)
             )),
         }

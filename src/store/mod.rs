@@ -196,6 +196,7 @@ macro_rules! push_filter {
             ("eff_producer", &f.producer),
             ("eff_schema_version", &f.schema_version),
             ("source_queue", &f.source_queue),
+            ("eff_event_id", &f.event_id),
         ] {
             match val.as_deref() {
                 None => {}

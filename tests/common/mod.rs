@@ -383,6 +383,34 @@ impl Rabbit {
             .message_count()
     }
 
+    /// Declares a durable queue with a fixed name, or empties it if it exists.
+    pub fn purge_or_declare(&self, name: &str) {
+        self.rt.block_on(async {
+            self.channel
+                .queue_declare(
+                    name.into(),
+                    QueueDeclareOptions {
+                        durable: true,
+                        ..Default::default()
+                    },
+                    FieldTable::default(),
+                )
+                .await
+                .unwrap();
+            self.channel
+                .queue_purge(name.into(), QueuePurgeOptions::default())
+                .await
+                .unwrap();
+        });
+    }
+
+    pub fn delete(&self, name: &str) {
+        let _ = self.rt.block_on(
+            self.channel
+                .queue_delete(name.into(), QueueDeleteOptions::default()),
+        );
+    }
+
     pub fn publish_raw(&self, queue: &str, body: &[u8]) {
         self.rt
             .block_on(async {
