@@ -73,7 +73,8 @@ SELECT 'bench-' || g,
        now() - (g % 2592000) * interval '1 second',
        'error text ' || (g % 100)
 FROM generate_series(1, {n}) g;
-ANALYZE dead_letters;
+-- What autovacuum leaves behind on a table in use: statistics and a visibility map.
+VACUUM ANALYZE dead_letters;
 """
 
 SQLITE_ROWS = """
@@ -100,10 +101,12 @@ PG_AGG = """SELECT reason, eff_producer, eff_schema_version, count(*),
  count(*) FILTER (WHERE replayed_at IS NULL AND replay_claim_expires_at > now()),
  count(*) FILTER (WHERE replayed_at IS NOT NULL), min(dead_lettered_at), max(dead_lettered_at)
  FROM dead_letters GROUP BY 1, 2, 3 ORDER BY 4 DESC"""
+# dlq list prints the page and "50 of N shown": the page and the count.
 PG_LIST = """SELECT id, reason, attempts, replayed_at, replay_claim_owner, replay_claim_expires_at,
  last_replay_error, eff_event_id, error, eff_producer, eff_schema_version, source_queue, exchange,
  routing_key, dead_lettered_at FROM dead_letters WHERE reason = 'retries_exhausted' AND eff_producer = 'svc-5'
- ORDER BY dead_lettered_at DESC, id LIMIT 50"""
+ ORDER BY dead_lettered_at DESC, id LIMIT 50;
+ SELECT count(*) FROM dead_letters WHERE reason = 'retries_exhausted' AND eff_producer = 'svc-5'"""
 SQLITE_AGG = """SELECT reason, eff_producer, eff_schema_version, count(*),
  sum(replayed_at IS NULL AND (replay_claim_expires_at IS NULL OR replay_claim_expires_at <= CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER))),
  sum(replayed_at IS NULL AND replay_claim_expires_at > CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER)),

@@ -52,7 +52,7 @@ pub fn emit(ctx: &Ctx, r: &StepReport) -> u8 {
 pub async fn run(ctx: &Ctx, args: ClaimArgs) -> Result<u8> {
     validate_id(&args.id)?;
     let operator = ctx.operator()?;
-    let store = ctx.store().await?;
+    let store = ctx.store_for_writes().await?;
     let token = new_token(&operator);
     let claimed = store
         .claim(std::slice::from_ref(&args.id), &token, args.lease)

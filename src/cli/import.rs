@@ -23,7 +23,7 @@ pub async fn run(ctx: &Ctx, args: ImportArgs) -> Result<u8> {
             .map_err(|e| DlqError::usage(format!("cannot open {}: {e}", args.file.display())))?;
         dlq::import::read_lines(BufReader::new(f))?
     };
-    let store = ctx.store().await?;
+    let store = ctx.store_for_writes().await?;
     let report = store.import(rows, args.skip_existing).await?;
     store.close().await;
     match ctx.format {

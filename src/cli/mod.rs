@@ -237,10 +237,17 @@ impl Ctx {
         }
     }
 
-    /// Opens the store and checks that `dlq migrate` has run.
+    /// Opens the store for reading. Reads name the derived columns and the history
+    /// table, so a database without the schema fails with "run `dlq migrate`" anyway.
     pub async fn store(&self) -> Result<Box<dyn Store>> {
         let url = self.database_url()?;
-        let store = store::open(&url, &self.store_options()).await?;
+        store::open(&url, &self.store_options()).await
+    }
+
+    /// Opens the store for writing, after checking that `dlq migrate` has run (a claim
+    /// touches only the workers' columns and would otherwise succeed on an old table).
+    pub async fn store_for_writes(&self) -> Result<Box<dyn Store>> {
+        let store = self.store().await?;
         store.check_schema().await?;
         Ok(store)
     }
@@ -303,18 +310,36 @@ fn warn_if_password_in_flag(flag: &str, env: &str, value: &str) {
 }
 
 fn init_logging(verbose: u8) {
-    let level = match verbose {
-        0 => "warn,lapin=off,amq_protocol=off",
-        1 => "info,dlq=debug,lapin=warn",
-        _ => "debug,sqlx=debug,lapin=debug",
-    };
-    let filter = tracing_subscriber::EnvFilter::try_from_env("DLQ_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(level));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    use tracing_subscriber::filter::{LevelFilter, Targets};
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::Layer;
+    let fmt = tracing_subscriber::fmt::layer()
         .with_writer(ScrubbedStderr::default)
         .with_target(verbose > 1)
-        .with_ansi(std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none())
+        .with_ansi(std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none());
+    // DLQ_LOG takes a full tracing filter; the -v levels use a plain target list, which
+    // costs nothing at start-up.
+    if let Ok(spec) = std::env::var("DLQ_LOG") {
+        let filter = tracing_subscriber::EnvFilter::new(spec);
+        let _ = tracing_subscriber::registry()
+            .with(fmt.with_filter(filter))
+            .try_init();
+        return;
+    }
+    let filter = match verbose {
+        0 => Targets::new()
+            .with_default(LevelFilter::WARN)
+            .with_target("lapin", LevelFilter::OFF)
+            .with_target("amq_protocol", LevelFilter::OFF),
+        1 => Targets::new()
+            .with_default(LevelFilter::INFO)
+            .with_target("dlq", LevelFilter::DEBUG)
+            .with_target("lapin", LevelFilter::WARN),
+        _ => Targets::new().with_default(LevelFilter::DEBUG),
+    };
+    let _ = tracing_subscriber::registry()
+        .with(fmt.with_filter(filter))
         .try_init();
 }
 

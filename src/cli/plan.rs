@@ -20,7 +20,7 @@ pub struct PlanArgs {
 
 pub async fn run(ctx: &Ctx, args: PlanArgs) -> Result<u8> {
     let operator = ctx.operator()?;
-    let store = ctx.store().await?;
+    let store = ctx.store_for_writes().await?;
     let mut filter = args.filters.resolve(store.as_ref()).await?;
     if filter.state == dlq::model::StateFilter::All {
         filter.state = dlq::model::StateFilter::Pending;

@@ -19,7 +19,7 @@ pub struct ReleaseArgs {
 pub async fn run(ctx: &Ctx, args: ReleaseArgs) -> Result<u8> {
     validate_id(&args.id)?;
     let operator = ctx.operator()?;
-    let store = ctx.store().await?;
+    let store = ctx.store_for_writes().await?;
     let released = store
         .release(std::slice::from_ref(&args.id), &args.token, None)
         .await?;

@@ -194,7 +194,7 @@ async fn single(
         // Nothing to ask: connect to the broker while the database work runs.
         broker.connect_early();
     }
-    let store = ctx.store().await?;
+    let store = ctx.store_for_writes().await?;
     let Some(row) = store.get(id).await? else {
         broker.close().await;
         return Ok(emit(
@@ -318,7 +318,7 @@ async fn group(
 ) -> Result<u8> {
     let plan = read_plan(path)?;
     opts.plan_id = Some(plan.plan_id.clone());
-    let store = ctx.store().await?;
+    let store = ctx.store_for_writes().await?;
     if require_consent(ctx, args.yes)? {
         eprintln!(
             "About to replay plan {} ({} items, made by {} at {}), filters {}",

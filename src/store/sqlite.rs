@@ -76,13 +76,16 @@ fn summary(row: &SqliteRow) -> std::result::Result<Summary, sqlx::Error> {
 
 impl SqliteStore {
     pub async fn connect(url: &SecretUrl, opts: &StoreOptions) -> Result<Self> {
-        let options = SqliteConnectOptions::from_str(url.expose())
+        let mut options = SqliteConnectOptions::from_str(url.expose())
             .map_err(|e| DlqError::usage(format!("invalid SQLite URL {url}: {e}")))?
             .create_if_missing(opts.create)
-            .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Normal)
-            .busy_timeout(opts.busy_timeout)
-            .foreign_keys(true);
+            .busy_timeout(opts.busy_timeout);
+        if opts.create {
+            // WAL is a property of the database file: `dlq migrate` sets it once, for
+            // dlq and the workers alike, and every later connection inherits it.
+            options = options.journal_mode(SqliteJournalMode::Wal);
+        }
         let file = options.get_filename();
         let in_memory = file.as_os_str() == ":memory:";
         if !opts.create && !in_memory && !file.exists() {
