@@ -332,7 +332,15 @@ fn sigkill_midway_leaves_no_unconfirmed_mark_and_a_rerun_completes() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(1000));
+    // Kill it as soon as some rows are marked (but long before all 200 are).
+    let started = std::time::Instant::now();
+    while db.scalar("SELECT count(*) FROM dead_letters WHERE replayed_at IS NOT NULL") == 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "nothing was replayed"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     child.kill().unwrap();
     child.wait().unwrap();
     let first = per_id(&rabbit.drain(&q));

@@ -438,7 +438,15 @@ fn sigint_while_waiting_for_the_confirm_is_uncertain_and_recorded() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(2000));
+    // Interrupt once the broker has the message and dlq waits for the confirm.
+    let waited = Instant::now();
+    while rabbit.count(&q) == 0 {
+        assert!(
+            waited.elapsed() < Duration::from_secs(20),
+            "never published"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     signal(&child, "INT");
     let r = Run::from(child.wait_with_output().unwrap());
     assert_eq!(r.code, 6, "{}", r.all());

@@ -351,23 +351,43 @@ fn aggregate_by_hour_draws_bars_in_time_order() {
 
 #[test]
 fn list_watch_refreshes_until_stopped() {
+    use std::io::BufRead;
     let db = TestDb::migrated(Backend::Sqlite);
     db.import_examples();
-    let child = db
+    let mut child = db
         .cmd()
         .args(["list", "--limit", "1", "--watch", "300ms"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(600));
+    let (tx, rx) = std::sync::mpsc::channel::<serde_json::Value>();
+    let stdout = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(serde_json::from_str(&line).unwrap()).is_err() {
+                break;
+            }
+        }
+    });
+    let first = rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("a first render");
+    assert_ne!(first[0]["id"], "new-arrival");
     db.add(serde_json::json!({"id": "new-arrival", "body_text": "{}", "reason": "poison_message", "dead_lettered_at": "2030-01-01T00:00:00Z"}));
-    std::thread::sleep(Duration::from_millis(900));
+    let mut renders = 1;
+    loop {
+        let r = rx
+            .recv_timeout(Duration::from_secs(20))
+            .expect("more renders");
+        renders += 1;
+        if r[0]["id"] == "new-arrival" {
+            break;
+        }
+    }
+    assert!(renders >= 2);
     signal(&child, "INT");
-    let r = Run::from(child.wait_with_output().unwrap());
-    assert_eq!(r.code, 0, "{}", r.all());
-    let renders = r.lines();
-    assert!(renders.len() >= 3, "{}", r.stdout);
-    assert_ne!(renders[0][0]["id"], "new-arrival");
-    assert_eq!(renders.last().unwrap()[0]["id"], "new-arrival");
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(0), "Ctrl-C ends the watch cleanly");
 }

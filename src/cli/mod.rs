@@ -414,8 +414,7 @@ pub fn main() -> u8 {
         out: Out::new(format),
         production,
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+    let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
     {
