@@ -14,7 +14,7 @@ pub enum DlqError {
     #[error("the database has no dlq schema or an older one: run `dlq migrate` first ({0})")]
     SchemaMissing(String),
     /// Unknown dead-letter ID.
-    #[error("no dead letter with id {0:?}")]
+    #[error("not_found: no dead letter with id {0:?}")]
     NotFound(String),
     /// SQLite is locked by another writer for longer than the busy timeout.
     #[error("the database is locked by another writer (busy for longer than {0:?}); nothing was changed, try again")]
