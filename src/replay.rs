@@ -222,43 +222,29 @@ fn fmt_time(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }
 
-/// Why a row could not be claimed (or is no longer ours), for the operator.
-pub fn explain_unavailable(row: &Summary, now: DateTime<Utc>) -> (Outcome, String) {
+/// Why a row cannot be claimed by the caller (or is no longer theirs), for the operator:
+/// who replayed it and when, or who holds the lease and until when.
+pub fn why_unavailable(row: &Summary, now: DateTime<Utc>) -> String {
     if let Some(at) = row.replayed_at {
         let by = row
             .replay_claim_owner
             .as_deref()
             .map(token_operator)
             .unwrap_or("unknown");
-        return (
-            Outcome::NotReplayed,
-            format!(
-                "already replayed at {} by {by}; nothing was published",
-                fmt_time(at)
-            ),
-        );
+        return format!("already replayed at {} by {by}", fmt_time(at));
     }
     match (&row.replay_claim_owner, row.replay_claim_expires_at) {
-        (Some(owner), Some(until)) if until > now => (
-            Outcome::NotReplayed,
-            format!(
-                "claimed by {} until {} ({}s left); nothing was published",
-                token_operator(owner),
-                fmt_time(until),
-                (until - now).num_seconds().max(0)
-            ),
+        (Some(owner), Some(until)) if until > now => format!(
+            "claimed by {} until {} ({}s left)",
+            token_operator(owner),
+            fmt_time(until),
+            (until - now).num_seconds().max(0)
         ),
-        (Some(_), Some(until)) => (
-            Outcome::NotReplayed,
-            format!(
-                "the claim lapsed at {} (or was taken over); nothing was published",
-                fmt_time(until)
-            ),
+        (Some(_), Some(until)) => format!(
+            "the claim lapsed at {} (or was taken over)",
+            fmt_time(until)
         ),
-        _ => (
-            Outcome::NotReplayed,
-            "nobody holds a claim on it; nothing was published".into(),
-        ),
+        _ => "nobody holds a claim on it".into(),
     }
 }
 
@@ -307,7 +293,10 @@ pub async fn replay(
         for id in &unavailable {
             let (outcome, mut detail) = match found.get(id) {
                 None => (Outcome::NotFound, format!("no dead letter with id {id:?}")),
-                Some(row) => explain_unavailable(row, now),
+                Some(row) => (
+                    Outcome::NotReplayed,
+                    format!("{}; nothing was published", why_unavailable(row, now)),
+                ),
             };
             if opts.token.is_some() && found.contains_key(id) {
                 detail = format!("the token does not hold a live lease on it: {detail}");

@@ -4,7 +4,8 @@ use super::{Ctx, Format};
 use clap::Args;
 use dlq::error::Result;
 use dlq::model::{validate_id, NewHistory, Outcome};
-use dlq::replay::{explain_unavailable, new_token};
+use dlq::replay::{new_token, why_unavailable};
+use dlq::store::Store;
 use serde::Serialize;
 use std::time::Duration;
 
@@ -29,6 +30,66 @@ pub struct StepReport {
     pub token: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub expires_at: Option<String>,
+}
+
+impl StepReport {
+    pub fn new(id: &str, outcome: Outcome, detail: impl Into<String>) -> Self {
+        StepReport {
+            id: id.to_string(),
+            outcome,
+            detail: detail.into(),
+            token: None,
+            expires_at: None,
+        }
+    }
+
+    /// The report for an ID whose claim or release did not happen: `not_found`, or
+    /// `outcome` with who holds it or who replayed it.
+    pub async fn unavailable(
+        store: &dyn Store,
+        id: &str,
+        outcome: Outcome,
+        prefix: &str,
+    ) -> Result<Self> {
+        Ok(match store.summaries(&[id.to_string()]).await?.first() {
+            None => StepReport::new(
+                id,
+                Outcome::NotFound,
+                format!("no dead letter with id {id:?}"),
+            ),
+            Some(row) => StepReport::new(
+                id,
+                outcome,
+                format!("{prefix}{}", why_unavailable(row, store.now().await?)),
+            ),
+        })
+    }
+
+    /// Appends the step to the dead letter's history (an unknown ID has none).
+    pub async fn record(
+        &self,
+        store: &dyn Store,
+        operator: &str,
+        action: &'static str,
+        token: Option<String>,
+    ) {
+        if self.outcome == Outcome::NotFound {
+            return;
+        }
+        let h = NewHistory {
+            dead_letter_id: self.id.clone(),
+            operator: operator.to_string(),
+            action,
+            outcome: self.outcome,
+            detail: self.detail.clone(),
+            token,
+            target: None,
+            plan_id: None,
+        };
+        if let Err(e) = store.append_history(&[h]).await {
+            tracing::warn!("could not record the history: {e}");
+        }
+    }
 }
 
 /// Prints a claim/release/replay report and returns its exit code.
@@ -59,50 +120,22 @@ pub async fn run(ctx: &Ctx, args: ClaimArgs) -> Result<u8> {
         .await?;
     let report = match claimed.first() {
         Some((_, until)) => StepReport {
-            id: args.id.clone(),
-            outcome: Outcome::Claimed,
-            detail: format!(
-                "lease held by {operator} for {}; pass the token to `dlq replay --token` or `dlq release --token`",
-                humantime::format_duration(args.lease)
-            ),
             token: Some(token.clone()),
             expires_at: Some(super::output::time(*until)),
+            ..StepReport::new(
+                &args.id,
+                Outcome::Claimed,
+                format!(
+                    "lease held by {operator} for {}; pass the token to `dlq replay --token` or `dlq release --token`",
+                    humantime::format_duration(args.lease)
+                ),
+            )
         },
-        None => match store.summaries(std::slice::from_ref(&args.id)).await?.first() {
-            None => StepReport {
-                id: args.id.clone(),
-                outcome: Outcome::NotFound,
-                detail: format!("no dead letter with id {:?}", args.id),
-                token: None,
-                expires_at: None,
-            },
-            Some(row) => {
-                let (_, detail) = explain_unavailable(row, store.now().await?);
-                StepReport {
-                    id: args.id.clone(),
-                    outcome: Outcome::NotClaimed,
-                    detail: detail.replace("; nothing was published", ""),
-                    token: None,
-                    expires_at: None,
-                }
-            }
-        },
+        None => StepReport::unavailable(store.as_ref(), &args.id, Outcome::NotClaimed, "").await?,
     };
-    if report.outcome != Outcome::NotFound {
-        let h = NewHistory {
-            dead_letter_id: args.id.clone(),
-            operator,
-            action: "claim",
-            outcome: report.outcome,
-            detail: report.detail.clone(),
-            token: report.token.clone(),
-            target: None,
-            plan_id: None,
-        };
-        if let Err(e) = store.append_history(&[h]).await {
-            tracing::warn!("could not record the history: {e}");
-        }
-    }
+    report
+        .record(store.as_ref(), &operator, "claim", report.token.clone())
+        .await;
     store.close().await;
     if args.token_only {
         match &report.token {

@@ -199,13 +199,11 @@ async fn single(
         broker.close().await;
         return Ok(emit(
             ctx,
-            &StepReport {
-                id: id.to_string(),
-                outcome: Outcome::NotFound,
-                detail: format!("no dead letter with id {id:?}"),
-                token: None,
-                expires_at: None,
-            },
+            &StepReport::new(
+                id,
+                Outcome::NotFound,
+                format!("no dead letter with id {id:?}"),
+            ),
         ));
     };
     let Some(target) = resolve_target(&row.summary, &opts) else {
@@ -255,13 +253,11 @@ async fn single(
         if !confirm(ctx, "Replay it?").await? {
             return Ok(emit(
                 ctx,
-                &StepReport {
-                    id: id.to_string(),
-                    outcome: Outcome::NotReplayed,
-                    detail: "declined at the prompt; nothing was claimed or published".into(),
-                    token: None,
-                    expires_at: None,
-                },
+                &StepReport::new(
+                    id,
+                    Outcome::NotReplayed,
+                    "declined at the prompt; nothing was claimed or published",
+                ),
             ));
         }
     }

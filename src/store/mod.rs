@@ -153,6 +153,19 @@ pub async fn open(url: &SecretUrl, opts: &StoreOptions) -> Result<Box<dyn Store>
     }
 }
 
+/// The migrations of `migrator` not in `before` (the versions applied before the run).
+pub(crate) fn newly_applied(migrator: &sqlx::migrate::Migrator, before: &[i64]) -> Vec<String> {
+    migrator
+        .iter()
+        .filter(|m| !before.contains(&m.version))
+        .map(|m| format!("{} {}", m.version, m.description))
+        .collect()
+}
+
+pub(crate) fn migration_error(e: sqlx::migrate::MigrateError) -> DlqError {
+    DlqError::other(format!("migration failed: {}", scrub(&e.to_string())))
+}
+
 /// Turns a driver error into one line an operator can act on, without secrets.
 pub(crate) fn db_error(e: sqlx::Error) -> DlqError {
     if let Some(dbe) = e.as_database_error() {

@@ -1,8 +1,8 @@
 //! PostgreSQL: all of its SQL. Times are `timestamptz`; the clock is `now()`.
 
 use super::{
-    db_error, dimension_expr, push_filter, summary_columns, ImportReport, NewDeadLetter,
-    PlanCandidate, Store, StoreOptions,
+    db_error, dimension_expr, migration_error, newly_applied, push_filter, summary_columns,
+    ImportReport, NewDeadLetter, PlanCandidate, Store, StoreOptions,
 };
 use crate::error::{DlqError, Result};
 use crate::model::{
@@ -87,17 +87,8 @@ impl Store for PgStore {
             .fetch_all(&self.pool)
             .await
             .unwrap_or_default();
-        MIGRATOR.run(&self.pool).await.map_err(|e| {
-            DlqError::other(format!(
-                "migration failed: {}",
-                crate::secret::scrub(&e.to_string())
-            ))
-        })?;
-        Ok(MIGRATOR
-            .iter()
-            .filter(|m| !applied.contains(&m.version))
-            .map(|m| format!("{} {}", m.version, m.description))
-            .collect())
+        MIGRATOR.run(&self.pool).await.map_err(migration_error)?;
+        Ok(newly_applied(&MIGRATOR, &applied))
     }
 
     async fn check_schema(&self) -> Result<()> {
