@@ -28,6 +28,13 @@ fn write_plan(db: &TestDb, args: &[&str]) -> (tempfile::NamedTempFile, serde_jso
     (f, r.json())
 }
 
+/// `dlq replay --plan FILE --yes` plus `extra`.
+fn replay_plan(db: &TestDb, plan: &tempfile::NamedTempFile, extra: &[&str]) -> Run {
+    let mut args = vec!["replay", "--plan", plan.path().to_str().unwrap(), "--yes"];
+    args.extend_from_slice(extra);
+    db.dlq(&args)
+}
+
 fn per_id(msgs: &[Received]) -> HashMap<String, usize> {
     let mut m = HashMap::new();
     for x in msgs {
@@ -79,14 +86,7 @@ fn a_plan_of_200_replays_each_item_once_and_marks_all() {
         seed(&db, &q, 200, "p");
         let (plan_file, plan) = write_plan(&db, &["--limit", "500"]);
         assert_eq!(plan["count"], 200);
-        let r = db.dlq(&[
-            "replay",
-            "--plan",
-            plan_file.path().to_str().unwrap(),
-            "--yes",
-            "--batch-size",
-            "64",
-        ]);
+        let r = replay_plan(&db, &plan_file, &["--batch-size", "64"]);
         assert_eq!(r.code, 0, "{b:?}: {}", r.all());
         let lines = r.lines();
         assert_eq!(lines.len(), 201, "one line per item and a summary");
@@ -114,12 +114,7 @@ fn a_plan_of_200_replays_each_item_once_and_marks_all() {
             "{h}"
         );
         // Replaying the same plan again publishes nothing.
-        let again = db.dlq(&[
-            "replay",
-            "--plan",
-            plan_file.path().to_str().unwrap(),
-            "--yes",
-        ]);
+        let again = replay_plan(&db, &plan_file, &[]);
         assert_eq!(again.code, 3, "{}", again.stderr);
         assert_eq!(rabbit.count(&q), 0);
     }
@@ -181,12 +176,7 @@ fn an_item_whose_body_changed_is_skipped() {
     seed(&db, &q, 3, "c");
     let (plan_file, _) = write_plan(&db, &[]);
     db.sql(&["UPDATE dead_letters SET body = X'7b7d' WHERE id = 'c0001'"]);
-    let r = db.dlq(&[
-        "replay",
-        "--plan",
-        plan_file.path().to_str().unwrap(),
-        "--yes",
-    ]);
+    let r = replay_plan(&db, &plan_file, &[]);
     assert_eq!(r.code, 3, "{}", r.all());
     let lines = r.lines();
     let c1 = lines.iter().find(|l| l["id"] == "c0001").unwrap();
@@ -203,14 +193,7 @@ fn rate_is_observed_in_the_message_timestamps() {
     let db = TestDb::migrated(Backend::Sqlite);
     seed(&db, &q, 30, "t");
     let (plan_file, _) = write_plan(&db, &[]);
-    let r = db.dlq(&[
-        "replay",
-        "--plan",
-        plan_file.path().to_str().unwrap(),
-        "--yes",
-        "--rate",
-        "10/s",
-    ]);
+    let r = replay_plan(&db, &plan_file, &["--rate", "10/s"]);
     assert_eq!(r.code, 0, "{}", r.all());
     let msgs = rabbit.drain(&q);
     assert_eq!(msgs.len(), 30);
@@ -235,18 +218,11 @@ fn max_failures_stops_the_run() {
     let db = TestDb::migrated(Backend::Postgres);
     seed(&db, &unique("dlq_nowhere"), 10, "f");
     let (plan_file, _) = write_plan(&db, &[]);
-    let r = db.dlq(&[
-        "replay",
-        "--plan",
-        plan_file.path().to_str().unwrap(),
-        "--yes",
-        "--batch-size",
-        "1",
-        "--workers",
-        "1",
-        "--max-failures",
-        "3",
-    ]);
+    let r = replay_plan(
+        &db,
+        &plan_file,
+        &["--batch-size", "1", "--workers", "1", "--max-failures", "3"],
+    );
     assert_eq!(r.code, 5, "{}", r.all());
     let lines = r.lines();
     assert_eq!(lines.len(), 4, "three items and the summary: {}", r.stdout);
@@ -280,16 +256,7 @@ fn a_replayed_event_coming_back_as_a_dead_letter_stops_the_run() {
               END IF; RETURN NEW; END $$",
         "CREATE TRIGGER k_back AFTER UPDATE ON dead_letters FOR EACH ROW EXECUTE FUNCTION k_back()",
     ]);
-    let r = db.dlq(&[
-        "replay",
-        "--plan",
-        plan_file.path().to_str().unwrap(),
-        "--yes",
-        "--batch-size",
-        "2",
-        "--workers",
-        "1",
-    ]);
+    let r = replay_plan(&db, &plan_file, &["--batch-size", "2", "--workers", "1"]);
     let lines = r.lines();
     let s = &lines.last().unwrap()["summary"];
     assert_eq!(s["stopped"], "came_back", "{}", r.all());

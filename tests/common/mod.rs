@@ -33,6 +33,31 @@ pub enum Backend {
 
 pub const BACKENDS: [Backend; 2] = [Backend::Postgres, Backend::Sqlite];
 
+/// Runs `$body` with `$pool` connected to the test database, whichever backend it is.
+macro_rules! with_pool {
+    ($db:expr, $pool:ident, $body:block) => {{
+        let db: &TestDb = $db;
+        rt().block_on(async move {
+            match db.backend {
+                Backend::Postgres => {
+                    let $pool = sqlx::PgPool::connect(&db.url).await.unwrap();
+                    let out = $body;
+                    $pool.close().await;
+                    out
+                }
+                Backend::Sqlite => {
+                    let $pool = sqlx::SqlitePool::connect(&format!("{}?mode=rwc", db.url))
+                        .await
+                        .unwrap();
+                    let out = $body;
+                    $pool.close().await;
+                    out
+                }
+            }
+        })
+    }};
+}
+
 /// A fresh database: a new PostgreSQL database or a SQLite file in a temp dir.
 pub struct TestDb {
     pub backend: Backend,
@@ -127,54 +152,23 @@ impl TestDb {
 
     /// Runs SQL statements directly (as a worker or an operator with psql would).
     pub fn sql(&self, statements: &[&str]) {
-        let url = self.url.clone();
-        let stmts: Vec<String> = statements.iter().map(|s| s.to_string()).collect();
-        rt().block_on(async move {
-            match self.backend {
-                Backend::Postgres => {
-                    let pool = sqlx::PgPool::connect(&url).await.unwrap();
-                    for s in stmts {
-                        sqlx::query(&s)
-                            .execute(&pool)
-                            .await
-                            .unwrap_or_else(|e| panic!("{s}: {e}"));
-                    }
-                    pool.close().await;
-                }
-                Backend::Sqlite => {
-                    let pool = sqlx::SqlitePool::connect(&format!("{url}?mode=rwc"))
-                        .await
-                        .unwrap();
-                    for s in stmts {
-                        sqlx::query(&s)
-                            .execute(&pool)
-                            .await
-                            .unwrap_or_else(|e| panic!("{s}: {e}"));
-                    }
-                    pool.close().await;
-                }
+        with_pool!(self, pool, {
+            for s in statements {
+                sqlx::query(s)
+                    .execute(&pool)
+                    .await
+                    .unwrap_or_else(|e| panic!("{s}: {e}"));
             }
         })
     }
 
     /// One integer from a query.
     pub fn scalar(&self, q: &str) -> i64 {
-        let url = self.url.clone();
-        rt().block_on(async move {
-            match self.backend {
-                Backend::Postgres => {
-                    let pool = sqlx::PgPool::connect(&url).await.unwrap();
-                    let v: i64 = sqlx::query_scalar(q).fetch_one(&pool).await.unwrap();
-                    pool.close().await;
-                    v
-                }
-                Backend::Sqlite => {
-                    let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
-                    let v: i64 = sqlx::query_scalar(q).fetch_one(&pool).await.unwrap();
-                    pool.close().await;
-                    v
-                }
-            }
+        with_pool!(self, pool, {
+            sqlx::query_scalar::<_, i64>(q)
+                .fetch_one(&pool)
+                .await
+                .unwrap()
         })
     }
 
