@@ -221,6 +221,9 @@ pub struct HistoryEntry {
     pub action: String,
     pub outcome: String,
     pub detail: Option<String>,
+    /// The claim token the step acted under.
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub token: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub target: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none", default)]

@@ -60,7 +60,13 @@ fn happy_path_publishes_once_byte_identical_then_not_replayed() {
         for h in s["history"].as_array().unwrap() {
             assert_eq!(h["operator"], "tester");
             assert!(h["at"].is_string());
+            assert!(h["token"].as_str().unwrap().starts_with("tester:"), "{h}");
         }
+        assert!(
+            s["history"][1]["target"].as_str().unwrap().contains(&q),
+            "{}",
+            s["history"]
+        );
 
         let again = db.dlq(&["replay", "d1", "--yes"]);
         assert_eq!(again.code, 3, "{}", again.all());

@@ -349,6 +349,7 @@ async fn group(
     let make_broker = || Broker::new(amqp.clone(), publisher_opts.clone(), pacer.clone());
     let progress = (ctx.format != Format::Json && std::io::stderr().is_terminal_stderr())
         .then(|| progress_bar(plan.items.len() as u64));
+    let mut counts: std::collections::BTreeMap<Outcome, usize> = Default::default();
     let result = run_plan(
         store.as_ref(),
         make_broker,
@@ -357,6 +358,10 @@ async fn group(
         &interrupted,
         |r| match &progress {
             Some(pb) => {
+                *counts.entry(r.outcome).or_default() += 1;
+                let per_outcome: Vec<String> =
+                    counts.iter().map(|(o, n)| format!("{o} {n}")).collect();
+                pb.set_message(per_outcome.join(", "));
                 pb.inc(1);
                 if r.outcome != Outcome::Replayed {
                     pb.println(format!("{}: {} ({})", r.id, r.outcome, r.detail));

@@ -276,7 +276,7 @@ impl Store for SqliteStore {
 
     async fn history(&self, id: &str) -> Result<Vec<HistoryEntry>> {
         let rows = sqlx::query(
-            "SELECT at, operator, action, outcome, detail, target, plan_id \
+            "SELECT at, operator, action, outcome, detail, target, plan_id, token \
              FROM dead_letter_history WHERE dead_letter_id = ?1 ORDER BY seq",
         )
         .bind(id)
@@ -291,6 +291,7 @@ impl Store for SqliteStore {
                     action: r.try_get(2)?,
                     outcome: r.try_get(3)?,
                     detail: r.try_get(4)?,
+                    token: r.try_get(7)?,
                     target: r.try_get(5)?,
                     plan_id: r.try_get(6)?,
                 })
