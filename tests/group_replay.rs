@@ -311,14 +311,7 @@ fn sigkill_midway_leaves_no_unconfirmed_mark_and_a_rerun_completes() {
     child.kill().unwrap();
     child.wait().unwrap();
     let first = per_id(&rabbit.drain(&q));
-    let replayed: Vec<String> = db
-        .dlq(&["list", "--state", "replayed", "--limit", "1000"])
-        .json()
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|r| r["id"].as_str().unwrap().to_string())
-        .collect();
+    let replayed: Vec<String> = db.ids(&["--state", "replayed", "--limit", "1000"]);
     assert!(
         !replayed.is_empty() && replayed.len() < 200,
         "killed midway: {}",

@@ -339,14 +339,7 @@ fn export_and_import_round_trip_byte_for_byte() {
     for b in BACKENDS {
         let a = TestDb::migrated(b);
         a.import_examples();
-        let ids: Vec<String> = a
-            .dlq(&["list", "--limit", "100"])
-            .json()
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|r| r["id"].as_str().unwrap().to_string())
-            .collect();
+        let ids: Vec<String> = a.ids(&["--limit", "100"]);
         let mut export = String::new();
         for id in &ids {
             let s = a.dlq(&["show", id]);

@@ -183,6 +183,20 @@ impl TestDb {
         assert_eq!(r.code, 0, "import failed: {}", r.stderr);
     }
 
+    /// The IDs a `dlq list ...` prints, in its order.
+    pub fn ids(&self, list_args: &[&str]) -> Vec<String> {
+        let mut args = vec!["list"];
+        args.extend_from_slice(list_args);
+        let r = self.dlq(&args);
+        assert_eq!(r.code, 0, "{}", r.all());
+        r.json()
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x["id"].as_str().unwrap().to_string())
+            .collect()
+    }
+
     pub fn show(&self, id: &str) -> serde_json::Value {
         let r = self.dlq(&["show", id]);
         assert_eq!(r.code, 0, "show {id}: {}", r.stderr);
