@@ -13,6 +13,7 @@ and compares it with the equivalent statement run directly by psql / sqlite3 (al
 process that connects and runs one statement). Medians of --runs runs are reported.
 """
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -129,10 +130,7 @@ def machine():
 
 def triage(args, report):
     n = args.rows
-    db = "dlq_bench_" + uuid.uuid4().hex[:8]
-    run(PG_ADMIN + ["-c", f"CREATE DATABASE {db}"])
-    tmp = tempfile.mkdtemp()
-    try:
+    with scratch(with_queue=False) as (_, db, tmp):
         pg_url = f"postgres://postgres@127.0.0.1:5432/{db}"
         sq_path = os.path.join(tmp, "bench.db")
         sq_url = f"sqlite://{sq_path}"
@@ -166,7 +164,22 @@ def triage(args, report):
         report.append("| store | command | dlq | direct SQL | ratio | target |")
         report.append("|---|---|---|---|---|---|")
         report.extend(rows)
+
+
+@contextlib.contextmanager
+def scratch(with_queue=True):
+    """A uniquely named queue, PostgreSQL database and temp dir, removed afterwards."""
+    queue = "dlq-bench-" + uuid.uuid4().hex[:8]
+    db = "dlq_bench_" + uuid.uuid4().hex[:8]
+    if with_queue:
+        run([QUEUE_TOOL, "declare", queue])
+    run(PG_ADMIN + ["-c", f"CREATE DATABASE {db}"])
+    tmp = tempfile.mkdtemp()
+    try:
+        yield queue, db, tmp
     finally:
+        if with_queue:
+            run([QUEUE_TOOL, "delete", queue], check=False)
         run(PG_ADMIN + ["-c", f"DROP DATABASE IF EXISTS {db} WITH (FORCE)"], check=False)
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -182,12 +195,7 @@ def letters(queue, n, prefix):
 
 
 def replay(args, report):
-    queue = "dlq-bench-" + uuid.uuid4().hex[:8]
-    run([QUEUE_TOOL, "declare", queue])
-    db = "dlq_bench_" + uuid.uuid4().hex[:8]
-    run(PG_ADMIN + ["-c", f"CREATE DATABASE {db}"])
-    tmp = tempfile.mkdtemp()
-    try:
+    with scratch() as (queue, db, tmp):
         rows = []
         pg = f"postgres://postgres@127.0.0.1:5432/{db}"
         for n, (name, url) in enumerate((("PostgreSQL (sslmode=prefer: TLS on this server)", pg),
@@ -206,27 +214,17 @@ def replay(args, report):
             times = sorted(times[1:])
             p90 = times[int(len(times) * 0.9) - 1]
             rows.append(f"| {name} | {ms(times)} | {p90 * 1000:.1f} ms | 30 ms |")
-        run([QUEUE_TOOL, "delete", queue])
         report.append("")
         report.append(f"`dlq replay ID --yes`, end to end as a process ({args.replays} replays of distinct IDs):")
         report.append("")
         report.append("| store | p50 | p90 | target p50 |")
         report.append("|---|---|---|---|")
         report.extend(rows)
-    finally:
-        run([QUEUE_TOOL, "delete", queue], check=False)
-        run(PG_ADMIN + ["-c", f"DROP DATABASE IF EXISTS {db} WITH (FORCE)"], check=False)
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def plan(args, report):
     n = args.plan_items
-    queue = "dlq-bench-" + uuid.uuid4().hex[:8]
-    run([QUEUE_TOOL, "declare", queue])
-    db = "dlq_bench_" + uuid.uuid4().hex[:8]
-    run(PG_ADMIN + ["-c", f"CREATE DATABASE {db}"])
-    tmp = tempfile.mkdtemp()
-    try:
+    with scratch() as (queue, db, tmp):
         rows = []
         body_len = len(json.dumps({"event_id": "evt-p0000000", "pad": "x" * 150}))
         t = time.perf_counter()
@@ -253,10 +251,6 @@ def plan(args, report):
         report.append("| what | time | throughput | ratio |")
         report.append("|---|---|---|---|")
         report.extend(rows)
-    finally:
-        run([QUEUE_TOOL, "delete", queue], check=False)
-        run(PG_ADMIN + ["-c", f"DROP DATABASE IF EXISTS {db} WITH (FORCE)"], check=False)
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def main():

@@ -371,13 +371,6 @@ impl Publisher {
         }
     }
 
-    /// One publish, one confirm.
-    pub async fn publish(&self, target: &Target, msg: &OutgoingMessage) -> PublishResult {
-        let deadline = Instant::now() + self.opts.confirm_timeout;
-        let pending = self.send(target, msg).await;
-        self.settle(pending, deadline).await
-    }
-
     /// False once the connection or channel is gone (a new one is needed).
     pub fn is_usable(&self) -> bool {
         self.conn.status().connected() && self.channel.status().connected()

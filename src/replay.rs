@@ -277,9 +277,10 @@ pub async fn replay(
             (t, claimed.into_iter().map(|(id, _)| id).collect())
         }
     };
+    let claimed: std::collections::HashSet<&str> = mine.iter().map(String::as_str).collect();
     let unavailable: Vec<String> = ids
         .iter()
-        .filter(|id| !mine.contains(id))
+        .filter(|id| !claimed.contains(id.as_str()))
         .cloned()
         .collect();
     if !unavailable.is_empty() {
@@ -330,7 +331,7 @@ pub async fn replay(
         .collect();
     let mut to_release: Vec<(String, Outcome, String)> = Vec::new();
     let mut ready: Vec<(&DeadLetter, Target)> = Vec::new();
-    for item in items.iter().filter(|i| mine.contains(&i.id)) {
+    for item in items.iter().filter(|i| claimed.contains(i.id.as_str())) {
         let Some(row) = rows.get(&item.id) else {
             continue;
         };

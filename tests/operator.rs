@@ -113,15 +113,7 @@ fn profile_resolution_order_is_flag_env_profile_default() {
         }
         Run::from(c.args(args).output().unwrap())
     };
-    let ids = |r: &Run| -> Vec<String> {
-        assert_eq!(r.code, 0, "{}", r.all());
-        r.json()
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|x| x["id"].as_str().unwrap().to_string())
-            .collect()
-    };
+    let ids = |r: &Run| r.ids();
     // profile > default
     assert_eq!(
         ids(&run(&["--profile", "staging", "list"], &[])),

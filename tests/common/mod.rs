@@ -187,14 +187,7 @@ impl TestDb {
     pub fn ids(&self, list_args: &[&str]) -> Vec<String> {
         let mut args = vec!["list"];
         args.extend_from_slice(list_args);
-        let r = self.dlq(&args);
-        assert_eq!(r.code, 0, "{}", r.all());
-        r.json()
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|x| x["id"].as_str().unwrap().to_string())
-            .collect()
+        self.dlq(&args).ids()
     }
 
     pub fn show(&self, id: &str) -> serde_json::Value {
@@ -259,6 +252,17 @@ impl Run {
             .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
             .collect()
     }
+    /// The IDs of a `list` run that must have succeeded.
+    pub fn ids(&self) -> Vec<String> {
+        assert_eq!(self.code, 0, "{}", self.all());
+        self.json()
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x["id"].as_str().unwrap().to_string())
+            .collect()
+    }
+
     pub fn all(&self) -> String {
         format!("{}{}", self.stdout, self.stderr)
     }
