@@ -19,7 +19,10 @@ pub struct ListArgs {
 }
 
 pub async fn run(ctx: &Ctx, args: ListArgs) -> Result<u8> {
-    let store = ctx.store().await?;
+    let store = match args.watch {
+        Some(_) => ctx.store_for_run(1).await?,
+        None => ctx.store().await?,
+    };
     let Some(every) = args.watch else {
         render(ctx, store.as_ref(), &args).await?;
         store.close().await;

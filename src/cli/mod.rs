@@ -233,7 +233,8 @@ impl Ctx {
             lock_timeout: self.global.lock_timeout,
             busy_timeout: self.global.lock_timeout,
             create: false,
-            max_connections: 8,
+            max_connections: 1,
+            long_running: false,
         }
     }
 
@@ -242,6 +243,17 @@ impl Ctx {
     pub async fn store(&self) -> Result<Box<dyn Store>> {
         let url = self.database_url()?;
         store::open(&url, &self.store_options()).await
+    }
+
+    /// Opens the store for a run that lasts and uses `connections` at once.
+    pub async fn store_for_run(&self, connections: u32) -> Result<Box<dyn Store>> {
+        let url = self.database_url()?;
+        let opts = StoreOptions {
+            max_connections: connections,
+            long_running: true,
+            ..self.store_options()
+        };
+        store::open(&url, &opts).await
     }
 
     /// Opens the store for writing, after checking that `dlq migrate` has run (a claim

@@ -194,7 +194,8 @@ async fn single(
         // Nothing to ask: connect to the broker while the database work runs.
         broker.connect_early();
     }
-    let store = ctx.store_for_writes().await?;
+    // No separate schema check: `get` reads the derived columns only `dlq migrate` adds.
+    let store = ctx.store().await?;
     let Some(row) = store.get(id).await? else {
         broker.close().await;
         return Ok(emit(
@@ -314,7 +315,14 @@ async fn group(
 ) -> Result<u8> {
     let plan = read_plan(path)?;
     opts.plan_id = Some(plan.plan_id.clone());
-    let store = ctx.store_for_writes().await?;
+    // A rate cap is kept by one connection; otherwise overlap SQL and publishing.
+    let workers = if args.rate.is_some() {
+        1
+    } else {
+        args.workers as usize
+    };
+    let store = ctx.store_for_run(workers as u32 + 1).await?;
+    store.check_schema().await?;
     if require_consent(ctx, args.yes)? {
         eprintln!(
             "About to replay plan {} ({} items, made by {} at {}), filters {}",
@@ -338,12 +346,7 @@ async fn group(
         replay: opts,
         batch_size: batch,
         max_failures: args.max_failures.map(|m| m as usize),
-        // A rate cap is kept by one connection; otherwise overlap SQL and publishing.
-        workers: if args.rate.is_some() {
-            1
-        } else {
-            args.workers as usize
-        },
+        workers,
     };
     let pacer = args.rate.map(Pacer::per_second);
     let make_broker = || Broker::new(amqp.clone(), publisher_opts.clone(), pacer.clone());

@@ -68,7 +68,13 @@ pub struct StoreOptions {
     pub busy_timeout: Duration,
     /// SQLite: create the file (only `dlq migrate` does).
     pub create: bool,
+    /// One for a command that runs its statements one after another: a second would
+    /// only cost another connection setup (and TLS handshake) while the first is being
+    /// returned to the pool.
     pub max_connections: u32,
+    /// Ping a pooled connection before reusing it: worth a round trip only in runs
+    /// that last long enough for a connection to die idle (`--plan`, `--watch`).
+    pub long_running: bool,
 }
 
 impl Default for StoreOptions {
@@ -79,7 +85,8 @@ impl Default for StoreOptions {
             lock_timeout: Duration::from_secs(10),
             busy_timeout: Duration::from_secs(5),
             create: false,
-            max_connections: 8,
+            max_connections: 1,
+            long_running: false,
         }
     }
 }

@@ -47,6 +47,7 @@ impl PgStore {
             ]);
         let pool = PgPoolOptions::new()
             .max_connections(opts.max_connections)
+            .test_before_acquire(opts.long_running)
             .acquire_timeout(opts.connect_timeout)
             .connect_with(options)
             .await

@@ -96,6 +96,7 @@ impl SqliteStore {
         }
         let pool = SqlitePoolOptions::new()
             .max_connections(opts.max_connections.min(4))
+            .test_before_acquire(opts.long_running)
             .acquire_timeout(opts.connect_timeout + opts.busy_timeout)
             .connect_with(options)
             .await
