@@ -248,6 +248,34 @@ pub fn why_unavailable(row: &Summary, now: DateTime<Utc>) -> String {
     }
 }
 
+/// Below this much lease left (as far as the local clock can tell), the database is asked
+/// again before publishing.
+const LEASE_MARGIN: Duration = Duration::from_secs(1);
+
+/// Whether `token` holds a live lease on `row`, as of the database time it was read at.
+fn holds_live_lease(row: &DeadLetter, token: &str) -> bool {
+    let s = &row.summary;
+    s.replayed_at.is_none()
+        && s.replay_claim_owner.as_deref() == Some(token)
+        && s.replay_claim_expires_at
+            .is_some_and(|until| until > row.db_now)
+}
+
+/// Whether the lease on `row`, read no earlier than `since`, is surely still live: the
+/// database said how long it had left, the local monotonic clock says how much of that
+/// has passed at most.
+fn surely_live(row: &DeadLetter, since: Instant) -> bool {
+    let left = row
+        .summary
+        .replay_claim_expires_at
+        .and_then(|until| (until - row.db_now).to_std().ok());
+    left.is_some_and(|left| since.elapsed() + LEASE_MARGIN < left)
+}
+
+fn replayed_detail(target: &Target) -> String {
+    format!("published to {target}, confirmed by the broker, marked replayed")
+}
+
 /// The protocol for a batch of items. Returns one report per item, in input order.
 pub async fn replay(
     store: &dyn Store,
@@ -268,35 +296,60 @@ pub async fn replay(
         plan_id: opts.plan_id.clone(),
     };
 
-    // 1. Claim: one conditional UPDATE on the database clock (or verify an earlier claim).
-    let (token, mine): (String, Vec<String>) = match &opts.token {
-        Some(t) => (t.clone(), store.live_leases(&ids, t).await?),
+    // 1. Claim: one conditional UPDATE on the database clock, returning the rows and
+    //    recording the claims in the same transaction (or verify a claim taken earlier).
+    let started = Instant::now();
+    let (token, mine, others) = match &opts.token {
+        Some(t) => {
+            let (mine, others): (Vec<DeadLetter>, Vec<DeadLetter>) = store
+                .load(&ids)
+                .await?
+                .into_iter()
+                .partition(|r| holds_live_lease(r, t));
+            (t.clone(), mine, Some(others))
+        }
         None => {
             let t = new_token(&opts.operator);
-            let claimed = store.claim(&ids, &t, opts.lease).await?;
-            (t, claimed.into_iter().map(|(id, _)| id).collect())
+            let lease = format!("lease {}", humantime::format_duration(opts.lease));
+            let claims: Vec<NewHistory> = ids
+                .iter()
+                .map(|id| entry(opts, id, "claim", Outcome::Claimed, &lease, &t, None))
+                .collect();
+            let mine = store.claim(&ids, &t, opts.lease, &claims).await?;
+            (t, mine, None)
         }
     };
-    let claimed: std::collections::HashSet<&str> = mine.iter().map(String::as_str).collect();
+    let rows: HashMap<String, DeadLetter> = mine
+        .into_iter()
+        .map(|r| (r.summary.id.clone(), r))
+        .collect();
     let unavailable: Vec<String> = ids
         .iter()
-        .filter(|id| !claimed.contains(id.as_str()))
+        .filter(|id| !rows.contains_key(id.as_str()))
         .cloned()
         .collect();
     if !unavailable.is_empty() {
-        let now = store.now().await?;
-        let found: HashMap<String, Summary> = store
-            .summaries(&unavailable)
-            .await?
-            .into_iter()
-            .map(|s| (s.id.clone(), s))
-            .collect();
+        let found: HashMap<String, (Summary, DateTime<Utc>)> = match others {
+            Some(others) => others
+                .into_iter()
+                .map(|r| (r.summary.id.clone(), (r.summary, r.db_now)))
+                .collect(),
+            None => {
+                let now = store.now().await?;
+                store
+                    .summaries(&unavailable)
+                    .await?
+                    .into_iter()
+                    .map(|s| (s.id.clone(), (s, now)))
+                    .collect()
+            }
+        };
         for id in &unavailable {
             let (outcome, mut detail) = match found.get(id) {
                 None => (Outcome::NotFound, format!("no dead letter with id {id:?}")),
-                Some(row) => (
+                Some((row, now)) => (
                     Outcome::NotReplayed,
-                    format!("{}; nothing was published", why_unavailable(row, now)),
+                    format!("{}; nothing was published", why_unavailable(row, *now)),
                 ),
             };
             if opts.token.is_some() && found.contains_key(id) {
@@ -308,30 +361,11 @@ pub async fn replay(
             reports.insert(id.clone(), report(id, outcome, detail));
         }
     }
-    if opts.token.is_none() {
-        for id in &mine {
-            history.push(entry(
-                opts,
-                id,
-                "claim",
-                Outcome::Claimed,
-                &format!("lease {}", humantime::format_duration(opts.lease)),
-                &token,
-                None,
-            ));
-        }
-    }
 
     // 2. Check what was claimed: the reviewed body, a target.
-    let rows: HashMap<String, DeadLetter> = store
-        .load(&mine)
-        .await?
-        .into_iter()
-        .map(|r| (r.summary.id.clone(), r))
-        .collect();
     let mut to_release: Vec<(String, Outcome, String)> = Vec::new();
     let mut ready: Vec<(&DeadLetter, Target)> = Vec::new();
-    for item in items.iter().filter(|i| claimed.contains(i.id.as_str())) {
+    for item in items {
         let Some(row) = rows.get(&item.id) else {
             continue;
         };
@@ -352,7 +386,7 @@ pub async fn replay(
     }
 
     // 3. Connect (it may have started early), then, just before publishing, stop if asked
-    //    to and re-check that the lease is still live.
+    //    to and make sure the lease is still live (asking the database when in doubt).
     let connection = if ready.is_empty() {
         Ok(())
     } else {
@@ -367,27 +401,29 @@ pub async fn replay(
             ));
         }
     }
-    if !ready.is_empty() {
-        let ready_ids: Vec<String> = ready.iter().map(|(r, _)| r.summary.id.clone()).collect();
-        let live = store.live_leases(&ready_ids, &token).await?;
+    let doubtful: Vec<String> = ready
+        .iter()
+        .filter(|(row, _)| !surely_live(row, started))
+        .map(|(row, _)| row.summary.id.clone())
+        .collect();
+    if !doubtful.is_empty() {
+        let live = store.live_leases(&doubtful, &token).await?;
         ready.retain(|(row, _)| {
-            let ok = live.contains(&row.summary.id);
+            let id = &row.summary.id;
+            let ok = !doubtful.contains(id) || live.contains(id);
             if !ok {
                 let detail =
                     "the lease lapsed before publishing; nothing was published".to_string();
                 history.push(entry(
                     opts,
-                    &row.summary.id,
+                    id,
                     "replay",
                     Outcome::NotReplayed,
                     &detail,
                     &token,
                     None,
                 ));
-                reports.insert(
-                    row.summary.id.clone(),
-                    report(&row.summary.id, Outcome::NotReplayed, detail),
-                );
+                reports.insert(id.clone(), report(id, Outcome::NotReplayed, detail));
             }
             ok
         });
@@ -434,18 +470,32 @@ pub async fn replay(
         }
     }
 
-    // 5. Mark what the broker confirmed; release what certainly failed; keep the claim
-    //    on what is unknown.
-    let confirmed: Vec<String> = results
+    // 5. Mark what the broker confirmed (its history in the same transaction); release
+    //    what certainly failed; keep the claim on what is unknown.
+    let confirmed: Vec<NewHistory> = results
         .iter()
         .filter(|(_, _, r)| *r == PublishResult::Confirmed)
-        .map(|(row, _, _)| row.summary.id.clone())
+        .map(|(row, target, _)| {
+            let id = &row.summary.id;
+            let detail = replayed_detail(target);
+            let target = Some(target.to_string());
+            entry(
+                opts,
+                id,
+                "replay",
+                Outcome::Replayed,
+                &detail,
+                &token,
+                target,
+            )
+        })
         .collect();
     let marked: std::result::Result<Vec<String>, String> = if confirmed.is_empty() {
         Ok(Vec::new())
     } else {
+        let ids: Vec<String> = confirmed.iter().map(|e| e.dead_letter_id.clone()).collect();
         store
-            .mark_replayed(&confirmed, &token)
+            .mark_replayed(&ids, &token, &confirmed)
             .await
             .map_err(|e| e.to_string())
     };
@@ -453,10 +503,13 @@ pub async fn replay(
         let id = row.summary.id.clone();
         let (outcome, detail) = match result {
             PublishResult::Confirmed => match &marked {
-                Ok(m) if m.contains(&id) => (
-                    Outcome::Replayed,
-                    format!("published to {target}, confirmed by the broker, marked replayed"),
-                ),
+                Ok(m) if m.contains(&id) => {
+                    let mut r = report(&id, Outcome::Replayed, replayed_detail(&target));
+                    r.event_id = row.summary.event_id.clone();
+                    r.target = Some(target.to_string());
+                    reports.insert(id, r);
+                    continue;
+                }
                 Ok(_) => (
                     Outcome::Uncertain,
                     format!("published to {target} and confirmed, but the lease lapsed before it could be marked replayed: it WAS published; check before replaying again"),

@@ -144,7 +144,7 @@ async fn check(h: &Harness, ops: Vec<Op>) -> Result<(), TestCaseError> {
                 let token = dlq::replay::new_token(&format!("actor{actor}"));
                 let got = h
                     .store
-                    .claim(&ids, &token, Duration::from_secs(lease_min * 60))
+                    .claim(&ids, &token, Duration::from_secs(lease_min * 60), &[])
                     .await
                     .unwrap();
                 let expect = !model.replayed && (model.owner.is_none() || model.expires_in <= 0);
@@ -157,7 +157,7 @@ async fn check(h: &Harness, ops: Vec<Op>) -> Result<(), TestCaseError> {
             }
             Op::Mark { actor, stale } => {
                 let token = pick(&tokens, actor, stale);
-                let got = h.store.mark_replayed(&ids, &token).await.unwrap();
+                let got = h.store.mark_replayed(&ids, &token, &[]).await.unwrap();
                 let expect = model.live(&token);
                 prop_assert_eq!(!got.is_empty(), expect, "mark {:?} on {:?}", op, model);
                 if expect {
@@ -193,7 +193,12 @@ async fn check(h: &Harness, ops: Vec<Op>) -> Result<(), TestCaseError> {
     // An unknown ID is never claimed.
     let none = h
         .store
-        .claim(&["no-such".to_string()], "x:y", Duration::from_secs(60))
+        .claim(
+            &["no-such".to_string()],
+            "x:y",
+            Duration::from_secs(60),
+            &[],
+        )
         .await
         .unwrap();
     prop_assert!(none.is_empty());

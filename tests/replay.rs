@@ -402,6 +402,44 @@ fn broker_unreachable_wrong_password_missing_vhost_fail_fast_without_secrets() {
 }
 
 #[test]
+fn a_lease_that_lapses_before_publishing_is_not_used() {
+    for b in BACKENDS {
+        let mut rabbit = Rabbit::new();
+        let q = rabbit.queue("dlq_lapse");
+        let db = TestDb::migrated(b);
+        db.add(letter("d1", &q, BODY));
+        let claim = db.dlq(&["claim", "d1", "--lease", "2s"]);
+        assert_eq!(claim.code, 0, "{}", claim.all());
+        let token = claim.json()["token"].as_str().unwrap().to_string();
+        // The lease is live when the replay starts and lapses while the broker answers.
+        let slow = Proxy::start(
+            "127.0.0.1:5672",
+            OnServerBytes::Delay(Duration::from_secs(3)),
+        );
+        let url = format!("amqp://guest:guest@{}/%2f", slow.addr());
+        let r = db.dlq_env(
+            &["replay", "d1", "--yes", "--token", &token],
+            &[("DLQ_AMQP_URL", &url)],
+        );
+        assert_eq!(r.code, 3, "{b:?}: {}", r.all());
+        assert_eq!(r.json()["outcome"], "not_replayed");
+        assert!(
+            r.json()["detail"]
+                .as_str()
+                .unwrap()
+                .contains("lapsed before publishing"),
+            "{}",
+            r.stdout
+        );
+        assert_eq!(rabbit.count(&q), 0, "nothing was published");
+        let s = db.show("d1");
+        assert_eq!(s["replayed_at"], serde_json::Value::Null);
+        let last = s["history"].as_array().unwrap().last().unwrap().clone();
+        assert_eq!(last["outcome"], "not_replayed", "{last}");
+    }
+}
+
+#[test]
 fn connection_cut_before_the_confirm_is_uncertain_and_keeps_the_claim() {
     for b in BACKENDS {
         let mut rabbit = Rabbit::new();

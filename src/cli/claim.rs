@@ -65,6 +65,25 @@ impl StepReport {
         })
     }
 
+    /// The step as a history entry.
+    pub fn history(
+        &self,
+        operator: &str,
+        action: &'static str,
+        token: Option<String>,
+    ) -> NewHistory {
+        NewHistory {
+            dead_letter_id: self.id.clone(),
+            operator: operator.to_string(),
+            action,
+            outcome: self.outcome,
+            detail: self.detail.clone(),
+            token,
+            target: None,
+            plan_id: None,
+        }
+    }
+
     /// Appends the step to the dead letter's history (an unknown ID has none).
     pub async fn record(
         &self,
@@ -76,16 +95,7 @@ impl StepReport {
         if self.outcome == Outcome::NotFound {
             return;
         }
-        let h = NewHistory {
-            dead_letter_id: self.id.clone(),
-            operator: operator.to_string(),
-            action,
-            outcome: self.outcome,
-            detail: self.detail.clone(),
-            token,
-            target: None,
-            plan_id: None,
-        };
+        let h = self.history(operator, action, token);
         if let Err(e) = store.append_history(&[h]).await {
             tracing::warn!("could not record the history: {e}");
         }
@@ -115,27 +125,38 @@ pub async fn run(ctx: &Ctx, args: ClaimArgs) -> Result<u8> {
     let operator = ctx.operator()?;
     let store = ctx.store_for_writes().await?;
     let token = new_token(&operator);
-    let claimed = store
-        .claim(std::slice::from_ref(&args.id), &token, args.lease)
-        .await?;
-    let report = match claimed.first() {
-        Some((_, until)) => StepReport {
-            token: Some(token.clone()),
-            expires_at: Some(super::output::time(*until)),
-            ..StepReport::new(
-                &args.id,
-                Outcome::Claimed,
-                format!(
-                    "lease held by {operator} for {}; pass the token to `dlq replay --token` or `dlq release --token`",
-                    humantime::format_duration(args.lease)
-                ),
-            )
-        },
-        None => StepReport::unavailable(store.as_ref(), &args.id, Outcome::NotClaimed, "").await?,
+    let claimed = StepReport {
+        token: Some(token.clone()),
+        ..StepReport::new(
+            &args.id,
+            Outcome::Claimed,
+            format!(
+                "lease held by {operator} for {}; pass the token to `dlq replay --token` or `dlq release --token`",
+                humantime::format_duration(args.lease)
+            ),
+        )
     };
-    report
-        .record(store.as_ref(), &operator, "claim", report.token.clone())
-        .await;
+    let history = claimed.history(&operator, "claim", Some(token.clone()));
+    let rows = store
+        .claim(
+            std::slice::from_ref(&args.id),
+            &token,
+            args.lease,
+            &[history],
+        )
+        .await?;
+    let report = match rows.first().and_then(|r| r.summary.replay_claim_expires_at) {
+        Some(until) => StepReport {
+            expires_at: Some(super::output::time(until)),
+            ..claimed
+        },
+        None => {
+            let r =
+                StepReport::unavailable(store.as_ref(), &args.id, Outcome::NotClaimed, "").await?;
+            r.record(store.as_ref(), &operator, "claim", None).await;
+            r
+        }
+    };
     store.close().await;
     if args.token_only {
         match &report.token {

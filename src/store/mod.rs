@@ -116,17 +116,25 @@ pub trait Store: Send + Sync {
     async fn plan_candidates(&self, filter: &Filter, limit: i64) -> Result<Vec<PlanCandidate>>;
 
     /// Protocol step 1: claims each row that exists, is not replayed and has no live
-    /// lease. Returns the claimed IDs with their lease end.
+    /// lease, and appends the entry of `history` of each row claimed, in one transaction.
+    /// Returns the claimed rows whole: the lease end and the database time with them.
     async fn claim(
         &self,
         ids: &[String],
         token: &str,
         lease: Duration,
-    ) -> Result<Vec<(String, DateTime<Utc>)>>;
+        history: &[NewHistory],
+    ) -> Result<Vec<DeadLetter>>;
     /// Of `ids`, those on which `token` still holds a live lease.
     async fn live_leases(&self, ids: &[String], token: &str) -> Result<Vec<String>>;
-    /// Protocol step 3: marks replayed where `token` holds a live lease. Returns marked IDs.
-    async fn mark_replayed(&self, ids: &[String], token: &str) -> Result<Vec<String>>;
+    /// Protocol step 3: marks replayed where `token` holds a live lease, and appends the
+    /// entry of `history` of each row marked, in one transaction. Returns marked IDs.
+    async fn mark_replayed(
+        &self,
+        ids: &[String],
+        token: &str,
+        history: &[NewHistory],
+    ) -> Result<Vec<String>>;
     /// Protocol step 4: clears the lease where `token` holds a live one; records `error`
     /// when given. Returns released IDs.
     async fn release(

@@ -81,6 +81,61 @@ fn summary(row: &PgRow) -> std::result::Result<Summary, sqlx::Error> {
     })
 }
 
+/// The columns of a whole row, as [`whole_rows`] reads them (also a RETURNING list).
+fn whole_row_columns() -> String {
+    format!("{}, headers_json, body, now()", summary_columns(NOW))
+}
+
+fn whole_rows(rows: &[PgRow]) -> Result<Vec<DeadLetter>> {
+    rows.iter()
+        .map(|row| {
+            Ok(DeadLetter {
+                summary: summary(row)?,
+                headers_json: row.try_get(16)?,
+                body: row.try_get(17)?,
+                db_now: row.try_get(18)?,
+            })
+        })
+        .collect::<Result<_, sqlx::Error>>()
+        .map_err(db_error)
+}
+
+/// One INSERT of history entries bound as eight arrays from parameter `$first` on, however
+/// many entries. With `only_for`, just the entries whose dead letter the CTE of that name
+/// returned, so a step and its history commit together.
+fn insert_history(first: usize, only_for: Option<&str>) -> String {
+    let arrays: Vec<String> = (first..first + 8)
+        .map(|i| format!("${i}::text[]"))
+        .collect();
+    let filter = only_for
+        .map(|cte| format!(" WHERE e.dead_letter_id IN (SELECT id FROM {cte})"))
+        .unwrap_or_default();
+    format!(
+        "INSERT INTO dead_letter_history \
+         (dead_letter_id, operator, action, outcome, detail, token, target, plan_id) \
+         SELECT e.* FROM UNNEST({}) AS e(dead_letter_id, operator, action, outcome, detail, \
+         token, target, plan_id){filter}",
+        arrays.join(", ")
+    )
+}
+
+/// Binds the eight arrays of [`insert_history`].
+fn bind_history<'q>(
+    query: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    entries: &[NewHistory],
+) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+    let col = |f: fn(&NewHistory) -> Option<String>| entries.iter().map(f).collect::<Vec<_>>();
+    query
+        .bind(col(|e| Some(e.dead_letter_id.clone())))
+        .bind(col(|e| Some(e.operator.clone())))
+        .bind(col(|e| Some(e.action.to_string())))
+        .bind(col(|e| Some(e.outcome.as_str().to_string())))
+        .bind(col(|e| Some(e.detail.clone())))
+        .bind(col(|e| e.token.clone()))
+        .bind(col(|e| e.target.clone()))
+        .bind(col(|e| e.plan_id.clone()))
+}
+
 #[async_trait]
 impl Store for PgStore {
     async fn migrate(&self) -> Result<Vec<String>> {
@@ -190,24 +245,14 @@ impl Store for PgStore {
 
     async fn load(&self, ids: &[String]) -> Result<Vec<DeadLetter>> {
         let rows = sqlx::query(&format!(
-            "SELECT {}, headers_json, body, now() FROM dead_letters WHERE id = ANY($1)",
-            summary_columns(NOW)
+            "SELECT {} FROM dead_letters WHERE id = ANY($1)",
+            whole_row_columns()
         ))
         .bind(ids)
         .fetch_all(&self.pool)
         .await
         .map_err(db_error)?;
-        rows.iter()
-            .map(|row| {
-                Ok(DeadLetter {
-                    summary: summary(row)?,
-                    headers_json: row.try_get(16)?,
-                    body: row.try_get(17)?,
-                    db_now: row.try_get(18)?,
-                })
-            })
-            .collect::<Result<_, sqlx::Error>>()
-            .map_err(db_error)
+        whole_rows(&rows)
     }
 
     async fn summaries(&self, ids: &[String]) -> Result<Vec<Summary>> {
@@ -340,21 +385,29 @@ impl Store for PgStore {
         ids: &[String],
         token: &str,
         lease: Duration,
-    ) -> Result<Vec<(String, DateTime<Utc>)>> {
-        sqlx::query_as(
-            "UPDATE dead_letters \
-             SET replay_claim_owner = $2, \
-                 replay_claim_expires_at = now() + make_interval(secs => $3::float8 / 1000.0) \
-             WHERE id = ANY($1) AND replayed_at IS NULL \
-               AND (replay_claim_expires_at IS NULL OR replay_claim_expires_at <= now()) \
-             RETURNING id, replay_claim_expires_at",
-        )
-        .bind(ids)
-        .bind(token)
-        .bind(lease.as_millis() as i64)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(db_error)
+        history: &[NewHistory],
+    ) -> Result<Vec<DeadLetter>> {
+        let sql = format!(
+            "WITH c AS (UPDATE dead_letters \
+                 SET replay_claim_owner = $2, \
+                     replay_claim_expires_at = now() + make_interval(secs => $3::float8 / 1000.0) \
+                 WHERE id = ANY($1) AND replayed_at IS NULL \
+                   AND (replay_claim_expires_at IS NULL OR replay_claim_expires_at <= now()) \
+                 RETURNING {}), \
+             h AS ({}) \
+             SELECT * FROM c",
+            whole_row_columns(),
+            insert_history(4, Some("c"))
+        );
+        let query = sqlx::query(&sql)
+            .bind(ids)
+            .bind(token)
+            .bind(lease.as_millis() as i64);
+        let rows = bind_history(query, history)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db_error)?;
+        whole_rows(&rows)
     }
 
     async fn live_leases(&self, ids: &[String], token: &str) -> Result<Vec<String>> {
@@ -369,19 +422,31 @@ impl Store for PgStore {
         .map_err(db_error)
     }
 
-    async fn mark_replayed(&self, ids: &[String], token: &str) -> Result<Vec<String>> {
-        sqlx::query_scalar(
-            "UPDATE dead_letters SET replayed_at = now(), replay_claim_expires_at = NULL, \
-                 last_replay_error = NULL \
-             WHERE id = ANY($1) AND replay_claim_owner = $2 AND replayed_at IS NULL \
-               AND replay_claim_expires_at > now() \
-             RETURNING id",
-        )
-        .bind(ids)
-        .bind(token)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(db_error)
+    async fn mark_replayed(
+        &self,
+        ids: &[String],
+        token: &str,
+        history: &[NewHistory],
+    ) -> Result<Vec<String>> {
+        let sql = format!(
+            "WITH c AS (UPDATE dead_letters SET replayed_at = now(), \
+                     replay_claim_expires_at = NULL, last_replay_error = NULL \
+                 WHERE id = ANY($1) AND replay_claim_owner = $2 AND replayed_at IS NULL \
+                   AND replay_claim_expires_at > now() \
+                 RETURNING id), \
+             h AS ({}) \
+             SELECT id FROM c",
+            insert_history(3, Some("c"))
+        );
+        let query = sqlx::query(&sql).bind(ids).bind(token);
+        let rows = bind_history(query, history)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db_error)?;
+        rows.iter()
+            .map(|r| r.try_get(0))
+            .collect::<Result<_, sqlx::Error>>()
+            .map_err(db_error)
     }
 
     async fn release(
@@ -423,25 +488,10 @@ impl Store for PgStore {
         if entries.is_empty() {
             return Ok(());
         }
-        // One statement with eight array parameters, however many entries.
-        let col = |f: fn(&NewHistory) -> Option<String>| entries.iter().map(f).collect::<Vec<_>>();
-        sqlx::query(
-            "INSERT INTO dead_letter_history \
-             (dead_letter_id, operator, action, outcome, detail, token, target, plan_id) \
-             SELECT * FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], \
-                                  $6::text[], $7::text[], $8::text[])",
-        )
-        .bind(col(|e| Some(e.dead_letter_id.clone())))
-        .bind(col(|e| Some(e.operator.clone())))
-        .bind(col(|e| Some(e.action.to_string())))
-        .bind(col(|e| Some(e.outcome.as_str().to_string())))
-        .bind(col(|e| Some(e.detail.clone())))
-        .bind(col(|e| e.token.clone()))
-        .bind(col(|e| e.target.clone()))
-        .bind(col(|e| e.plan_id.clone()))
-        .execute(&self.pool)
-        .await
-        .map_err(db_error)?;
+        bind_history(sqlx::query(&insert_history(1, None)), entries)
+            .execute(&self.pool)
+            .await
+            .map_err(db_error)?;
         Ok(())
     }
 

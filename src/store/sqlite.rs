@@ -1,7 +1,7 @@
 //! SQLite: all of its SQL. Times are INTEGER milliseconds since the epoch (UTC), one
 //! format everywhere, so comparisons are numeric; the clock is [`NOW_MS`]. The database
-//! runs in WAL mode with a busy timeout; write transactions begin IMMEDIATE, and every
-//! protocol step is a single UPDATE, so two processes never deadlock on a lock upgrade.
+//! runs in WAL mode with a busy timeout; write transactions begin IMMEDIATE (a claim or a
+//! mark is one UPDATE plus its history), so two processes never deadlock on a lock upgrade.
 //! ID sets are bound as one JSON array (`json_each`), so a batch needs one parameter.
 
 use super::{
@@ -18,10 +18,11 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use futures_util::TryStreamExt;
 use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteRow,
-    SqliteSynchronous,
+    SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
+    SqliteRow, SqliteSynchronous,
 };
 use sqlx::{QueryBuilder, Row};
+use std::collections::HashSet;
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -117,6 +118,54 @@ impl SqliteStore {
     pub fn pool(&self) -> &SqlitePool {
         &self.pool
     }
+}
+
+/// The columns of a whole row, as [`whole_rows`] reads them (also a RETURNING list).
+fn whole_row_columns() -> String {
+    format!("{}, headers_json, body, {NOW_MS}", summary_columns(NOW_MS))
+}
+
+fn whole_rows(rows: &[SqliteRow]) -> std::result::Result<Vec<DeadLetter>, sqlx::Error> {
+    rows.iter()
+        .map(|row| {
+            Ok(DeadLetter {
+                summary: summary(row)?,
+                headers_json: row.try_get(16)?,
+                body: row.try_get(17)?,
+                db_now: from_ms(row.try_get(18)?),
+            })
+        })
+        .collect()
+}
+
+/// Appends the entries of `entries` whose dead letter is in `only_for`, 1,000 per INSERT.
+async fn insert_history(
+    conn: &mut SqliteConnection,
+    entries: &[NewHistory],
+    only_for: &HashSet<&str>,
+) -> std::result::Result<(), sqlx::Error> {
+    let wanted: Vec<&NewHistory> = entries
+        .iter()
+        .filter(|e| only_for.contains(e.dead_letter_id.as_str()))
+        .collect();
+    for chunk in wanted.chunks(1000) {
+        let mut qb = QueryBuilder::new(
+            "INSERT INTO dead_letter_history \
+             (dead_letter_id, operator, action, outcome, detail, token, target, plan_id) ",
+        );
+        qb.push_values(chunk, |mut b, e| {
+            b.push_bind(&e.dead_letter_id)
+                .push_bind(&e.operator)
+                .push_bind(e.action)
+                .push_bind(e.outcome.as_str())
+                .push_bind(&e.detail)
+                .push_bind(&e.token)
+                .push_bind(&e.target)
+                .push_bind(&e.plan_id);
+        });
+        qb.build().execute(&mut *conn).await?;
+    }
+    Ok(())
 }
 
 #[async_trait]
@@ -240,24 +289,14 @@ impl Store for SqliteStore {
 
     async fn load(&self, ids: &[String]) -> Result<Vec<DeadLetter>> {
         let rows = sqlx::query(&format!(
-            "SELECT {}, headers_json, body, {NOW_MS} FROM dead_letters WHERE {IN_IDS}",
-            summary_columns(NOW_MS)
+            "SELECT {} FROM dead_letters WHERE {IN_IDS}",
+            whole_row_columns()
         ))
         .bind(ids_json(ids))
         .fetch_all(&self.pool)
         .await
         .map_err(self.err())?;
-        rows.iter()
-            .map(|row| {
-                Ok(DeadLetter {
-                    summary: summary(row)?,
-                    headers_json: row.try_get(16)?,
-                    body: row.try_get(17)?,
-                    db_now: from_ms(row.try_get(18)?),
-                })
-            })
-            .collect::<Result<_, sqlx::Error>>()
-            .map_err(self.err())
+        whole_rows(&rows).map_err(self.err())
     }
 
     async fn summaries(&self, ids: &[String]) -> Result<Vec<Summary>> {
@@ -390,21 +429,34 @@ impl Store for SqliteStore {
         ids: &[String],
         token: &str,
         lease: Duration,
-    ) -> Result<Vec<(String, DateTime<Utc>)>> {
-        let rows: Vec<(String, i64)> = sqlx::query_as(&format!(
+        history: &[NewHistory],
+    ) -> Result<Vec<DeadLetter>> {
+        let mut tx = self
+            .pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(self.err())?;
+        let rows = sqlx::query(&format!(
             "UPDATE dead_letters SET replay_claim_owner = ?2, \
                  replay_claim_expires_at = {NOW_MS} + ?3 \
              WHERE {IN_IDS} AND replayed_at IS NULL \
                AND (replay_claim_expires_at IS NULL OR replay_claim_expires_at <= {NOW_MS}) \
-             RETURNING id, replay_claim_expires_at"
+             RETURNING {}",
+            whole_row_columns()
         ))
         .bind(ids_json(ids))
         .bind(token)
         .bind(lease.as_millis() as i64)
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *tx)
         .await
         .map_err(self.err())?;
-        Ok(rows.into_iter().map(|(id, t)| (id, from_ms(t))).collect())
+        let claimed = whole_rows(&rows).map_err(self.err())?;
+        let ids: HashSet<&str> = claimed.iter().map(|r| r.summary.id.as_str()).collect();
+        insert_history(&mut tx, history, &ids)
+            .await
+            .map_err(self.err())?;
+        tx.commit().await.map_err(self.err())?;
+        Ok(claimed)
     }
 
     async fn live_leases(&self, ids: &[String], token: &str) -> Result<Vec<String>> {
@@ -419,8 +471,18 @@ impl Store for SqliteStore {
         .map_err(self.err())
     }
 
-    async fn mark_replayed(&self, ids: &[String], token: &str) -> Result<Vec<String>> {
-        sqlx::query_scalar(&format!(
+    async fn mark_replayed(
+        &self,
+        ids: &[String],
+        token: &str,
+        history: &[NewHistory],
+    ) -> Result<Vec<String>> {
+        let mut tx = self
+            .pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(self.err())?;
+        let marked: Vec<String> = sqlx::query_scalar(&format!(
             "UPDATE dead_letters SET replayed_at = {NOW_MS}, replay_claim_expires_at = NULL, \
                  last_replay_error = NULL \
              WHERE {IN_IDS} AND replay_claim_owner = ?2 AND replayed_at IS NULL \
@@ -429,9 +491,15 @@ impl Store for SqliteStore {
         ))
         .bind(ids_json(ids))
         .bind(token)
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *tx)
         .await
-        .map_err(self.err())
+        .map_err(self.err())?;
+        let ids: HashSet<&str> = marked.iter().map(String::as_str).collect();
+        insert_history(&mut tx, history, &ids)
+            .await
+            .map_err(self.err())?;
+        tx.commit().await.map_err(self.err())?;
+        Ok(marked)
     }
 
     async fn release(
@@ -470,24 +538,14 @@ impl Store for SqliteStore {
     }
 
     async fn append_history(&self, entries: &[NewHistory]) -> Result<()> {
-        for chunk in entries.chunks(1000) {
-            let mut qb = QueryBuilder::new(
-                "INSERT INTO dead_letter_history \
-                 (dead_letter_id, operator, action, outcome, detail, token, target, plan_id) ",
-            );
-            qb.push_values(chunk, |mut b, e| {
-                b.push_bind(&e.dead_letter_id)
-                    .push_bind(&e.operator)
-                    .push_bind(e.action)
-                    .push_bind(e.outcome.as_str())
-                    .push_bind(&e.detail)
-                    .push_bind(&e.token)
-                    .push_bind(&e.target)
-                    .push_bind(&e.plan_id);
-            });
-            qb.build().execute(&self.pool).await.map_err(self.err())?;
+        if entries.is_empty() {
+            return Ok(());
         }
-        Ok(())
+        let mut conn = self.pool.acquire().await.map_err(self.err())?;
+        let all: HashSet<&str> = entries.iter().map(|e| e.dead_letter_id.as_str()).collect();
+        insert_history(&mut conn, entries, &all)
+            .await
+            .map_err(self.err())
     }
 
     async fn dead_lettered_since(

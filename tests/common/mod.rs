@@ -511,6 +511,8 @@ pub enum OnServerBytes {
     Inject(Vec<u8>, Vec<u8>),
     /// Accept connections and never answer (no RST): a black-holed service.
     Blackhole,
+    /// Forward, but only after holding each new connection this long (a slow handshake).
+    Delay(std::time::Duration),
 }
 
 impl Proxy {
@@ -554,6 +556,9 @@ impl Proxy {
                         continue;
                     }
                     tokio::spawn(async move {
+                        if let OnServerBytes::Delay(d) = hook {
+                            tokio::time::sleep(d).await;
+                        }
                         let Ok(server) = tokio::net::TcpStream::connect(&up).await else {
                             return;
                         };
