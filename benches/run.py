@@ -259,7 +259,7 @@ def main():
     p.add_argument("--runs", type=int, default=15)
     p.add_argument("--replays", type=int, default=100)
     p.add_argument("--plan-items", type=int, default=10_000)
-    p.add_argument("--batch", type=int, default=500)
+    p.add_argument("--batch", type=int, default=1000)
     p.add_argument("--only", choices=["triage", "replay", "plan"])
     args = p.parse_args()
     run(["cargo", "build", "--quiet", "--release", "--manifest-path", os.path.join(ROOT, "Cargo.toml"),

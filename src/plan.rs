@@ -14,7 +14,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct PlanItem {
@@ -125,8 +125,8 @@ pub struct RunOptions {
     pub replay: ReplayOptions,
     pub batch_size: usize,
     pub max_failures: Option<usize>,
-    /// Batches in flight at once, each on its own broker connection, so that one batch's
-    /// SQL overlaps another's publishing.
+    /// Batches worked on at once, each on its own broker connection; they take turns
+    /// publishing, so that one batch's SQL overlaps another's publishing.
     pub workers: usize,
 }
 
@@ -166,8 +166,9 @@ pub async fn run_plan(
     let next = AtomicUsize::new(0);
     let stop = AtomicBool::new(false);
 
+    let turns = Arc::new(tokio::sync::Mutex::new(()));
     let worker = || async {
-        let mut broker = make_broker();
+        let mut broker = make_broker().taking_turns(turns.clone());
         broker.connect_early();
         let result = run_worker(
             store,

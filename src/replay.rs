@@ -73,6 +73,8 @@ pub struct Broker {
     connecting: Option<tokio::task::JoinHandle<std::result::Result<Publisher, String>>>,
     /// Publishes at most this often (`--rate`), shared by all the brokers of a run.
     pacer: Option<Arc<Pacer>>,
+    /// Held from a batch's first publish to its last confirm; see [`Broker::taking_turns`].
+    turns: Option<Arc<tokio::sync::Mutex<()>>>,
 }
 
 /// A publish rate shared by several connections.
@@ -122,6 +124,31 @@ impl Broker {
             publisher: None,
             connecting: None,
             pacer,
+            turns: None,
+        }
+    }
+
+    /// Makes this connection take turns with the others sharing `turns`: one batch at a
+    /// time is in the broker, from its first publish to its last confirm. RabbitMQ confirms
+    /// persistent messages once the queue has stored them and has nothing else to do, so
+    /// batches published side by side are confirmed together, and their connections then
+    /// run their SQL together while the broker idles. Taking turns, one connection's mark
+    /// and next claim overlap another's publishing.
+    pub fn taking_turns(mut self, turns: Arc<tokio::sync::Mutex<()>>) -> Self {
+        self.turns = Some(turns);
+        self
+    }
+
+    /// Waits for this connection's turn to publish; `None` when interrupted meanwhile.
+    async fn turn(
+        &self,
+        interrupted: &AtomicBool,
+    ) -> Option<Option<tokio::sync::OwnedMutexGuard<()>>> {
+        match &self.turns {
+            None => Some(None),
+            Some(t) => unless_interrupted(interrupted, t.clone().lock_owned())
+                .await
+                .map(Some),
         }
     }
 
@@ -385,13 +412,18 @@ pub async fn replay(
         }
     }
 
-    // 3. Connect (it may have started early), then, just before publishing, stop if asked
-    //    to and make sure the lease is still live (asking the database when in doubt).
+    // 3. Connect (it may have started early) and wait for this connection's turn; then,
+    //    just before publishing, stop if asked to and make sure the lease is still live
+    //    (asking the database when in doubt).
     let connection = if ready.is_empty() {
         Ok(())
     } else {
         broker.connect(interrupted).await
     };
+    let mut turn = None;
+    if connection.is_ok() && !ready.is_empty() {
+        turn = broker.turn(interrupted).await.flatten();
+    }
     if interrupted.load(Ordering::SeqCst) || matches!(connection, Err(NoConnection::Interrupted)) {
         for (row, _) in ready.drain(..) {
             to_release.push((
@@ -469,6 +501,7 @@ pub async fn replay(
             }
         }
     }
+    drop(turn);
 
     // 5. Mark what the broker confirmed (its history in the same transaction); release
     //    what certainly failed; keep the claim on what is unknown.

@@ -53,9 +53,10 @@ pub struct ReplayArgs {
     #[arg(long, requires = "plan", value_parser = clap::value_parser!(u64).range(1..))]
     pub max_failures: Option<u64>,
     /// With --plan: items claimed, published and marked together
-    #[arg(long, default_value_t = 500, requires = "plan", value_parser = clap::value_parser!(u64).range(1..=5000))]
+    #[arg(long, default_value_t = 1000, requires = "plan", value_parser = clap::value_parser!(u64).range(1..=5000))]
     pub batch_size: u64,
-    /// With --plan and no --rate: batches in flight at once, each on its own connection
+    /// With --plan and no --rate: batches worked on at once, each on its own connection
+    /// (one is being published while the others are claimed or marked)
     #[arg(long, default_value_t = 2, requires = "plan", value_parser = clap::value_parser!(u64).range(1..=8))]
     pub workers: u64,
 }
