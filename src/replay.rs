@@ -303,7 +303,8 @@ fn replayed_detail(target: &Target) -> String {
     format!("published to {target}, confirmed by the broker, marked replayed")
 }
 
-/// The protocol for a batch of items. Returns one report per item, in input order.
+/// The protocol for a batch of items. Returns one report per distinct ID, in input order
+/// (an ID given twice is replayed once).
 pub async fn replay(
     store: &dyn Store,
     broker: &mut Broker,
@@ -311,6 +312,8 @@ pub async fn replay(
     opts: &ReplayOptions,
     interrupted: &AtomicBool,
 ) -> Result<Vec<ItemReport>> {
+    let mut distinct = std::collections::HashSet::new();
+    let items: Vec<&Item> = items.iter().filter(|i| distinct.insert(&i.id)).collect();
     let mut reports: HashMap<String, ItemReport> = HashMap::new();
     let mut history: Vec<NewHistory> = Vec::new();
     let ids: Vec<String> = items.iter().map(|i| i.id.clone()).collect();
@@ -392,7 +395,7 @@ pub async fn replay(
     // 2. Check what was claimed: the reviewed body, a target.
     let mut to_release: Vec<(String, Outcome, String)> = Vec::new();
     let mut ready: Vec<(&DeadLetter, Target)> = Vec::new();
-    for item in items {
+    for item in &items {
         let Some(row) = rows.get(&item.id) else {
             continue;
         };

@@ -187,6 +187,71 @@ fn an_item_whose_body_changed_is_skipped() {
 }
 
 #[test]
+fn a_plan_listing_an_id_twice_is_refused_and_replay_publishes_an_id_once() {
+    let mut rabbit = Rabbit::new();
+    let q = rabbit.queue("dlq_plan_twice");
+    let db = TestDb::migrated(Backend::Sqlite);
+    seed(&db, &q, 2, "t");
+    let (plan_file, mut plan) = write_plan(&db, &[]);
+    let first = plan["items"][0].clone();
+    plan["items"].as_array_mut().unwrap().push(first);
+    std::fs::write(plan_file.path(), plan.to_string()).unwrap();
+    let r = replay_plan(&db, &plan_file, &[]);
+    assert_eq!(r.code, 2, "{}", r.all());
+    assert!(r.stderr.contains("twice"), "{}", r.stderr);
+    assert_eq!(r.stderr.trim().lines().count(), 1, "{}", r.stderr);
+    assert_eq!(rabbit.count(&q), 0, "nothing published");
+    assert_eq!(db.show("t0000")["state"], "pending", "nothing claimed");
+
+    // The library function itself replays an ID given twice once.
+    let rt = rt();
+    let reports = rt.block_on(async {
+        let store = dlq::store::open(
+            &dlq::secret::SecretUrl::new(db.url.clone()),
+            &dlq::store::StoreOptions::default(),
+        )
+        .await
+        .unwrap();
+        let opts = dlq::publisher::PublisherOptions {
+            connect_timeout: Duration::from_secs(5),
+            confirm_timeout: Duration::from_secs(5),
+            connection_name: "test".into(),
+            tls: Default::default(),
+        };
+        let amqp = dlq::secret::SecretUrl::new("amqp://guest:guest@127.0.0.1:5672/%2f");
+        let mut broker = dlq::replay::Broker::new(amqp, opts, None);
+        let item = dlq::replay::Item {
+            id: "t0000".into(),
+            expected_sha256: None,
+        };
+        let replay_opts = dlq::replay::ReplayOptions {
+            operator: "tester".into(),
+            lease: Duration::from_secs(60),
+            token: None,
+            exchange: None,
+            routing_key: None,
+            plan_id: None,
+        };
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let reports = dlq::replay::replay(
+            store.as_ref(),
+            &mut broker,
+            &[item.clone(), item],
+            &replay_opts,
+            &stop,
+        )
+        .await
+        .unwrap();
+        broker.close().await;
+        store.close().await;
+        reports
+    });
+    assert_eq!(reports.len(), 1, "{reports:?}");
+    assert_eq!(reports[0].outcome, dlq::model::Outcome::Replayed);
+    assert_eq!(rabbit.count(&q), 1, "published once");
+}
+
+#[test]
 fn rate_is_observed_in_the_message_timestamps() {
     let mut rabbit = Rabbit::new();
     let q = rabbit.queue("dlq_plan_rate");

@@ -300,8 +300,17 @@ fn read_plan(path: &PathBuf) -> Result<Plan> {
             path.display()
         ))
     })?;
-    for item in &plan.items {
+    let mut seen = std::collections::HashMap::new();
+    for (n, item) in plan.items.iter().enumerate() {
         validate_id(&item.id)?;
+        if let Some(first) = seen.insert(item.id.as_str(), n + 1) {
+            return Err(DlqError::usage(format!(
+                "{} lists dead letter {:?} twice (items {first} and {}); `dlq plan` never does: write the plan again",
+                path.display(),
+                item.id,
+                n + 1
+            )));
+        }
     }
     Ok(plan)
 }
