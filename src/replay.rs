@@ -353,6 +353,15 @@ pub async fn replay(
         .into_iter()
         .map(|r| (r.summary.id.clone(), r))
         .collect();
+    match opts.token {
+        Some(_) => tracing::debug!("the given token holds {} of {}", rows.len(), ids.len()),
+        None => tracing::debug!(
+            "claimed {} of {} for {}",
+            rows.len(),
+            ids.len(),
+            humantime::format_duration(opts.lease)
+        ),
+    }
     let unavailable: Vec<String> = ids
         .iter()
         .filter(|id| !rows.contains_key(id.as_str()))
@@ -505,6 +514,16 @@ pub async fn replay(
         }
     }
     drop(turn);
+    if !results.is_empty() {
+        let count = |f: fn(&PublishResult) -> bool| results.iter().filter(|r| f(&r.2)).count();
+        tracing::debug!(
+            "published {}: {} confirmed, {} failed, {} uncertain",
+            results.len(),
+            count(|r| *r == PublishResult::Confirmed),
+            count(|r| matches!(r, PublishResult::Failed(_))),
+            count(|r| matches!(r, PublishResult::Uncertain(_)))
+        );
+    }
 
     // 5. Mark what the broker confirmed (its history in the same transaction); release
     //    what certainly failed; keep the claim on what is unknown.
@@ -535,6 +554,9 @@ pub async fn replay(
             .await
             .map_err(|e| e.to_string())
     };
+    if let Ok(m) = &marked {
+        tracing::debug!("marked {} of {} replayed", m.len(), confirmed.len());
+    }
     for (row, target, result) in results {
         let id = row.summary.id.clone();
         let (outcome, detail) = match result {

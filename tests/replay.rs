@@ -402,6 +402,40 @@ fn broker_unreachable_wrong_password_missing_vhost_fail_fast_without_secrets() {
 }
 
 #[test]
+fn verbose_and_dlq_log_show_each_protocol_step() {
+    // On PostgreSQL sqlx logs its statements on the same thread, which is where a
+    // per-layer EnvFilter used to drop dlq's own lines.
+    for b in BACKENDS {
+        let mut rabbit = Rabbit::new();
+        let q = rabbit.queue("dlq_log");
+        let db = TestDb::migrated(b);
+        db.add(letter("d1", &q, BODY));
+        db.add(letter("d2", &q, BODY));
+        let runs = [
+            db.dlq(&["-v", "replay", "d1", "--yes"]),
+            db.dlq_env(&["replay", "d2", "--yes"], &[("DLQ_LOG", "dlq=debug")]),
+        ];
+        for r in runs {
+            assert_eq!(r.code, 0, "{}", r.all());
+            for step in [
+                "claimed 1 of 1",
+                "connected to RabbitMQ",
+                "published 1: 1 confirmed",
+                "marked 1 of 1 replayed",
+            ] {
+                assert!(
+                    r.stderr.contains(step),
+                    "{b:?}: {step:?} missing from:\n{}",
+                    r.stderr
+                );
+            }
+        }
+        let quiet = db.dlq(&["replay", "d1", "--yes"]);
+        assert_eq!(quiet.stderr, "", "no log lines without -v");
+    }
+}
+
+#[test]
 fn a_lease_that_lapses_before_publishing_is_not_used() {
     for b in BACKENDS {
         let mut rabbit = Rabbit::new();

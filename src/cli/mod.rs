@@ -325,33 +325,31 @@ fn init_logging(verbose: u8) {
     use tracing_subscriber::filter::{LevelFilter, Targets};
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
-    use tracing_subscriber::Layer;
+    use tracing_subscriber::{Layer, Registry};
+    // DLQ_LOG takes a full tracing filter; the -v levels use a plain target list, which
+    // costs nothing at start-up. Either filters globally: as a per-layer filter, EnvFilter
+    // let some events through and silently dropped others.
+    let filter: Box<dyn Layer<Registry> + Send + Sync> = match std::env::var("DLQ_LOG") {
+        Ok(spec) => Box::new(tracing_subscriber::EnvFilter::new(spec)),
+        Err(_) => Box::new(match verbose {
+            0 => Targets::new()
+                .with_default(LevelFilter::WARN)
+                .with_target("lapin", LevelFilter::OFF)
+                .with_target("amq_protocol", LevelFilter::OFF),
+            1 => Targets::new()
+                .with_default(LevelFilter::INFO)
+                .with_target("dlq", LevelFilter::DEBUG)
+                .with_target("lapin", LevelFilter::WARN),
+            _ => Targets::new().with_default(LevelFilter::DEBUG),
+        }),
+    };
     let fmt = tracing_subscriber::fmt::layer()
         .with_writer(ScrubbedStderr::default)
         .with_target(verbose > 1)
         .with_ansi(std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none());
-    // DLQ_LOG takes a full tracing filter; the -v levels use a plain target list, which
-    // costs nothing at start-up.
-    if let Ok(spec) = std::env::var("DLQ_LOG") {
-        let filter = tracing_subscriber::EnvFilter::new(spec);
-        let _ = tracing_subscriber::registry()
-            .with(fmt.with_filter(filter))
-            .try_init();
-        return;
-    }
-    let filter = match verbose {
-        0 => Targets::new()
-            .with_default(LevelFilter::WARN)
-            .with_target("lapin", LevelFilter::OFF)
-            .with_target("amq_protocol", LevelFilter::OFF),
-        1 => Targets::new()
-            .with_default(LevelFilter::INFO)
-            .with_target("dlq", LevelFilter::DEBUG)
-            .with_target("lapin", LevelFilter::WARN),
-        _ => Targets::new().with_default(LevelFilter::DEBUG),
-    };
     let _ = tracing_subscriber::registry()
-        .with(fmt.with_filter(filter))
+        .with(filter)
+        .with(fmt)
         .try_init();
 }
 
