@@ -18,7 +18,7 @@ use common::*;
 use regex::Regex;
 use std::path::{Path, PathBuf};
 
-/// The queues the example dead letters route to; declared for the run, deleted after.
+/// The queues the example dead letters route to, declared in a vhost of the test's own.
 const QUEUES: [&str; 3] = ["inventory.adjust", "orders.created", "misc"];
 
 struct Step {
@@ -144,7 +144,7 @@ fn bless(line: &str) -> String {
     left.replace_all(&l, "<N>s left").trim_end().to_string()
 }
 
-fn run_page(page: &Path, bin_dir: &Path, rabbit: &Rabbit) -> Vec<String> {
+fn run_page(page: &Path, bin_dir: &Path, rabbit: &Rabbit, amqp: &str) -> Vec<String> {
     let text = std::fs::read_to_string(page).unwrap();
     let bl = blocks(&text);
     if bl.is_empty() {
@@ -198,7 +198,7 @@ fn run_page(page: &Path, bin_dir: &Path, rabbit: &Rabbit) -> Vec<String> {
         )
         .env("DLQ_OPERATOR", "oncall")
         .env("DLQ_OUTPUT", "table")
-        .env("DLQ_AMQP_URL", AMQP)
+        .env("DLQ_AMQP_URL", amqp)
         .env("NO_COLOR", "1")
         .output()
         .unwrap();
@@ -275,7 +275,8 @@ fn runbooks_and_readme_commands_run_and_match() {
         .parent()
         .unwrap()
         .to_path_buf();
-    let rabbit = Rabbit::new();
+    let vhost = Vhost::new();
+    let rabbit = Rabbit::on(&vhost.url);
     let mut pages: Vec<PathBuf> = std::fs::read_dir(root.join("runbooks"))
         .unwrap()
         .map(|e| e.unwrap().path())
@@ -290,10 +291,12 @@ fn runbooks_and_readme_commands_run_and_match() {
             .iter()
             .map(|b| b.steps.len())
             .sum::<usize>();
-        failures.extend(run_page(page, &bin_dir, &rabbit));
+        failures.extend(run_page(page, &bin_dir, &rabbit, &vhost.url));
     }
-    for q in QUEUES {
-        rabbit.delete(q);
+    if !vhost.is_own() {
+        for q in QUEUES {
+            rabbit.delete(q);
+        }
     }
     assert!(steps >= 30, "only {steps} commands found in the runbooks");
     assert!(

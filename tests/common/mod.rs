@@ -289,9 +289,14 @@ pub struct Rabbit {
 
 impl Rabbit {
     pub fn new() -> Rabbit {
+        Rabbit::on(AMQP)
+    }
+
+    /// Connected to `url` (another vhost, say).
+    pub fn on(url: &str) -> Rabbit {
         let rt = rt();
         let (conn, channel) = rt.block_on(async {
-            let conn = Connection::connect(AMQP, ConnectionProperties::default())
+            let conn = Connection::connect(url, ConnectionProperties::default())
                 .await
                 .expect("RabbitMQ at 127.0.0.1:5672");
             let channel = conn.create_channel().await.unwrap();
@@ -654,6 +659,55 @@ async fn pipe(
 pub const BASIC_ACK: [u8; 4] = [0x00, 0x3C, 0x00, 0x50];
 /// connection.open-ok (class 10, method 41): where a broker under an alarm says blocked.
 pub const CONNECTION_OPEN_OK: [u8; 4] = [0x00, 0x0A, 0x00, 0x29];
+
+/// A vhost of the test's own on the local broker, deleted on drop: for a test that must
+/// use fixed queue names (the runbooks show the examples' real queues). Made with
+/// `rabbitmqctl`; where that cannot run, the test falls back to the default vhost.
+pub struct Vhost {
+    name: Option<String>,
+    pub url: String,
+}
+
+impl Vhost {
+    pub fn new() -> Vhost {
+        let name = unique("dlq-test");
+        let ctl = |args: &[&str]| {
+            std::process::Command::new("rabbitmqctl")
+                .args(args)
+                .output()
+                .is_ok_and(|o| o.status.success())
+        };
+        if ctl(&["add_vhost", &name])
+            && ctl(&["set_permissions", "-p", &name, "guest", ".*", ".*", ".*"])
+        {
+            let url = format!("amqp://guest:guest@127.0.0.1:5672/{name}");
+            return Vhost {
+                name: Some(name),
+                url,
+            };
+        }
+        eprintln!("note: rabbitmqctl could not make a vhost; using the default one");
+        Vhost {
+            name: None,
+            url: AMQP.to_string(),
+        }
+    }
+
+    /// Whether this is a vhost of the test's own (else the shared default one).
+    pub fn is_own(&self) -> bool {
+        self.name.is_some()
+    }
+}
+
+impl Drop for Vhost {
+    fn drop(&mut self) {
+        if let Some(name) = &self.name {
+            let _ = std::process::Command::new("rabbitmqctl")
+                .args(["delete_vhost", name])
+                .output();
+        }
+    }
+}
 
 /// A connection.blocked frame (class 10, method 60), as a broker under an alarm sends it.
 pub fn connection_blocked_frame() -> Vec<u8> {
