@@ -25,7 +25,7 @@ use crate::secret::SecretUrl;
 use crate::store::Store;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -288,15 +288,14 @@ fn holds_live_lease(row: &DeadLetter, token: &str) -> bool {
             .is_some_and(|until| until > row.db_now)
 }
 
-/// Whether the lease on `row`, read no earlier than `since`, is surely still live: the
-/// database said how long it had left, the local monotonic clock says how much of that
-/// has passed at most.
-fn surely_live(row: &DeadLetter, since: Instant) -> bool {
+/// Whether the lease on `row`, read at most `elapsed` ago, is surely still live: the
+/// database said how long it had left, the local monotonic clock how much has passed.
+fn surely_live(row: &DeadLetter, elapsed: Duration) -> bool {
     let left = row
         .summary
         .replay_claim_expires_at
         .and_then(|until| (until - row.db_now).to_std().ok());
-    left.is_some_and(|left| since.elapsed() + LEASE_MARGIN < left)
+    left.is_some_and(|left| elapsed + LEASE_MARGIN < left)
 }
 
 fn replayed_detail(target: &Target) -> String {
@@ -312,7 +311,7 @@ pub async fn replay(
     opts: &ReplayOptions,
     interrupted: &AtomicBool,
 ) -> Result<Vec<ItemReport>> {
-    let mut distinct = std::collections::HashSet::new();
+    let mut distinct = HashSet::new();
     let items: Vec<&Item> = items.iter().filter(|i| distinct.insert(&i.id)).collect();
     let mut reports: HashMap<String, ItemReport> = HashMap::new();
     let mut history: Vec<NewHistory> = Vec::new();
@@ -445,13 +444,19 @@ pub async fn replay(
             ));
         }
     }
+    let elapsed = started.elapsed();
     let doubtful: Vec<String> = ready
         .iter()
-        .filter(|(row, _)| !surely_live(row, started))
+        .filter(|(row, _)| !surely_live(row, elapsed))
         .map(|(row, _)| row.summary.id.clone())
         .collect();
     if !doubtful.is_empty() {
-        let live = store.live_leases(&doubtful, &token).await?;
+        let live: HashSet<String> = store
+            .live_leases(&doubtful, &token)
+            .await?
+            .into_iter()
+            .collect();
+        let doubtful: HashSet<String> = doubtful.into_iter().collect();
         ready.retain(|(row, _)| {
             let id = &row.summary.id;
             let ok = !doubtful.contains(id) || live.contains(id);
@@ -545,14 +550,14 @@ pub async fn replay(
             )
         })
         .collect();
-    let marked: std::result::Result<Vec<String>, String> = if confirmed.is_empty() {
-        Ok(Vec::new())
+    let marked: std::result::Result<HashSet<String>, String> = if confirmed.is_empty() {
+        Ok(HashSet::new())
     } else {
         let ids: Vec<String> = confirmed.iter().map(|e| e.dead_letter_id.clone()).collect();
-        store
-            .mark_replayed(&ids, &token, &confirmed)
-            .await
-            .map_err(|e| e.to_string())
+        match store.mark_replayed(&ids, &token, &confirmed).await {
+            Ok(m) => Ok(m.into_iter().collect()),
+            Err(e) => Err(e.to_string()),
+        }
     };
     if let Ok(m) = &marked {
         tracing::debug!("marked {} of {} replayed", m.len(), confirmed.len());
