@@ -138,17 +138,20 @@ fn whole_rows(rows: &[SqliteRow]) -> std::result::Result<Vec<DeadLetter>, sqlx::
         .collect()
 }
 
-/// Appends the entries of `entries` whose dead letter is in `only_for`, 1,000 per INSERT.
+/// The entries whose dead letter is in `ids`: those of the rows a step changed.
+fn only_for<'a>(entries: &'a [NewHistory], ids: &HashSet<&str>) -> Vec<&'a NewHistory> {
+    entries
+        .iter()
+        .filter(|e| ids.contains(e.dead_letter_id.as_str()))
+        .collect()
+}
+
+/// Appends `entries`, 1,000 per INSERT.
 async fn insert_history(
     conn: &mut SqliteConnection,
-    entries: &[NewHistory],
-    only_for: &HashSet<&str>,
+    entries: &[&NewHistory],
 ) -> std::result::Result<(), sqlx::Error> {
-    let wanted: Vec<&NewHistory> = entries
-        .iter()
-        .filter(|e| only_for.contains(e.dead_letter_id.as_str()))
-        .collect();
-    for chunk in wanted.chunks(1000) {
+    for chunk in entries.chunks(1000) {
         let mut qb = QueryBuilder::new(
             "INSERT INTO dead_letter_history \
              (dead_letter_id, operator, action, outcome, detail, token, target, plan_id) ",
@@ -452,7 +455,7 @@ impl Store for SqliteStore {
         .map_err(self.err())?;
         let claimed = whole_rows(&rows).map_err(self.err())?;
         let ids: HashSet<&str> = claimed.iter().map(|r| r.summary.id.as_str()).collect();
-        insert_history(&mut tx, history, &ids)
+        insert_history(&mut tx, &only_for(history, &ids))
             .await
             .map_err(self.err())?;
         tx.commit().await.map_err(self.err())?;
@@ -495,7 +498,7 @@ impl Store for SqliteStore {
         .await
         .map_err(self.err())?;
         let ids: HashSet<&str> = marked.iter().map(String::as_str).collect();
-        insert_history(&mut tx, history, &ids)
+        insert_history(&mut tx, &only_for(history, &ids))
             .await
             .map_err(self.err())?;
         tx.commit().await.map_err(self.err())?;
@@ -542,8 +545,7 @@ impl Store for SqliteStore {
             return Ok(());
         }
         let mut conn = self.pool.acquire().await.map_err(self.err())?;
-        let all: HashSet<&str> = entries.iter().map(|e| e.dead_letter_id.as_str()).collect();
-        insert_history(&mut conn, entries, &all)
+        insert_history(&mut conn, &entries.iter().collect::<Vec<_>>())
             .await
             .map_err(self.err())
     }
