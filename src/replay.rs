@@ -139,17 +139,11 @@ impl Broker {
         self
     }
 
-    /// Waits for this connection's turn to publish; `None` when interrupted meanwhile.
-    async fn turn(
-        &self,
-        interrupted: &AtomicBool,
-    ) -> Option<Option<tokio::sync::OwnedMutexGuard<()>>> {
-        match &self.turns {
-            None => Some(None),
-            Some(t) => unless_interrupted(interrupted, t.clone().lock_owned())
-                .await
-                .map(Some),
-        }
+    /// Waits for this connection's turn to publish, if it takes turns; gives up when
+    /// interrupted (the caller sees the flag).
+    async fn turn(&self, interrupted: &AtomicBool) -> Option<tokio::sync::OwnedMutexGuard<()>> {
+        let turns = self.turns.clone()?;
+        unless_interrupted(interrupted, turns.lock_owned()).await
     }
 
     /// Starts connecting in the background, so that the connection is ready when the
@@ -433,7 +427,7 @@ pub async fn replay(
     };
     let mut turn = None;
     if connection.is_ok() && !ready.is_empty() {
-        turn = broker.turn(interrupted).await.flatten();
+        turn = broker.turn(interrupted).await;
     }
     if interrupted.load(Ordering::SeqCst) || matches!(connection, Err(NoConnection::Interrupted)) {
         for (row, _) in ready.drain(..) {
