@@ -560,13 +560,7 @@ pub async fn replay(
         let id = row.summary.id.clone();
         let (outcome, detail) = match result {
             PublishResult::Confirmed => match &marked {
-                Ok(m) if m.contains(&id) => {
-                    let mut r = report(&id, Outcome::Replayed, replayed_detail(&target));
-                    r.event_id = row.summary.event_id.clone();
-                    r.target = Some(target.to_string());
-                    reports.insert(id, r);
-                    continue;
-                }
+                Ok(m) if m.contains(&id) => (Outcome::Replayed, replayed_detail(&target)),
                 Ok(_) => (
                     Outcome::Uncertain,
                     format!("published to {target} and confirmed, but the lease lapsed before it could be marked replayed: it WAS published; check before replaying again"),
@@ -591,15 +585,18 @@ pub async fn replay(
                 (Outcome::Uncertain, detail)
             }
         };
-        history.push(entry(
-            opts,
-            &id,
-            "replay",
-            outcome,
-            &detail,
-            &token,
-            Some(target.to_string()),
-        ));
+        if outcome != Outcome::Replayed {
+            // (A replay's entry went in with its mark.)
+            history.push(entry(
+                opts,
+                &id,
+                "replay",
+                outcome,
+                &detail,
+                &token,
+                Some(target.to_string()),
+            ));
+        }
         let mut r = report(&id, outcome, detail);
         r.event_id = row.summary.event_id.clone();
         r.target = Some(target.to_string());
