@@ -115,6 +115,14 @@ impl SqliteStore {
         }
     }
 
+    /// A write transaction that takes the write lock at once (no lock upgrade to deadlock on).
+    async fn begin_write(&self) -> Result<sqlx::Transaction<'_, sqlx::Sqlite>> {
+        self.pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(self.err())
+    }
+
     pub fn pool(&self) -> &SqlitePool {
         &self.pool
     }
@@ -344,11 +352,7 @@ impl Store for SqliteStore {
     }
 
     async fn import(&self, rows: Vec<NewDeadLetter>, skip_existing: bool) -> Result<ImportReport> {
-        let mut tx = self
-            .pool
-            .begin_with("BEGIN IMMEDIATE")
-            .await
-            .map_err(self.err())?;
+        let mut tx = self.begin_write().await?;
         let mut report = ImportReport::default();
         let sql = format!(
             "INSERT {} INTO dead_letters (id, body, reason, attempts, headers_json, replayed_at, \
@@ -434,11 +438,7 @@ impl Store for SqliteStore {
         lease: Duration,
         history: &[NewHistory],
     ) -> Result<Vec<DeadLetter>> {
-        let mut tx = self
-            .pool
-            .begin_with("BEGIN IMMEDIATE")
-            .await
-            .map_err(self.err())?;
+        let mut tx = self.begin_write().await?;
         let rows = sqlx::query(&format!(
             "UPDATE dead_letters SET replay_claim_owner = ?2, \
                  replay_claim_expires_at = {NOW_MS} + ?3 \
@@ -480,11 +480,7 @@ impl Store for SqliteStore {
         token: &str,
         history: &[NewHistory],
     ) -> Result<Vec<String>> {
-        let mut tx = self
-            .pool
-            .begin_with("BEGIN IMMEDIATE")
-            .await
-            .map_err(self.err())?;
+        let mut tx = self.begin_write().await?;
         let marked: Vec<String> = sqlx::query_scalar(&format!(
             "UPDATE dead_letters SET replayed_at = {NOW_MS}, replay_claim_expires_at = NULL, \
                  last_replay_error = NULL \
