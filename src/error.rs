@@ -19,6 +19,10 @@ pub enum DlqError {
     /// SQLite is locked by another writer for longer than the busy timeout.
     #[error("the database is locked by another writer (busy for longer than {0:?}); nothing was changed, try again")]
     Busy(std::time::Duration),
+    /// The database could not answer now (connection lost, lock or statement timeout,
+    /// serialization failure): the same statement may succeed if tried again.
+    #[error("{0}")]
+    Unavailable(String),
     /// Anything else that prevents running: connection, configuration, I/O.
     #[error("{0}")]
     Other(String),
@@ -37,7 +41,10 @@ impl DlqError {
         match self {
             DlqError::Usage(_) => exit::USAGE,
             DlqError::NotFound(_) => exit::NOT_FOUND,
-            DlqError::SchemaMissing(_) | DlqError::Busy(_) | DlqError::Other(_) => exit::ERROR,
+            DlqError::SchemaMissing(_)
+            | DlqError::Busy(_)
+            | DlqError::Unavailable(_)
+            | DlqError::Other(_) => exit::ERROR,
         }
     }
 }

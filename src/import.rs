@@ -183,6 +183,9 @@ fn parse_object(line: usize, obj: &Map<String, Value>) -> Result<NewDeadLetter> 
         exchange: opt_str(line, obj, "exchange")?,
         routing_key: opt_str(line, obj, "routing_key")?,
         dead_lettered_at: opt_time(line, obj, "dead_lettered_at")?,
+        replay_attempt_at: opt_time(line, obj, "replay_attempt_at")?,
+        discarded_at: opt_time(line, obj, "discarded_at")?,
+        discard_note: opt_str(line, obj, "discard_note")?,
     })
 }
 

@@ -10,44 +10,68 @@ use std::fmt;
 /// Shown where the effective producer, schema version or source queue is unknown.
 pub const UNKNOWN: &str = "(unknown)";
 
-/// Where a row is in the replay lifecycle, judged on the database clock.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+/// Where a row is in its lifecycle, judged on the database clock. Exactly one holds:
+/// `replayed` (marked after a confirm), else `discarded` (an operator set it aside), else
+/// `uncertain` (a publish was attempted and never settled), else `claimed` (a live
+/// lease), else `pending`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum State {
     Pending,
     Claimed,
+    Uncertain,
     Replayed,
+    Discarded,
 }
 
 impl State {
+    pub const ALL: [State; 5] = [
+        State::Pending,
+        State::Claimed,
+        State::Uncertain,
+        State::Replayed,
+        State::Discarded,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             State::Pending => "pending",
             State::Claimed => "claimed",
+            State::Uncertain => "uncertain",
             State::Replayed => "replayed",
+            State::Discarded => "discarded",
         }
     }
-    pub fn parse(s: &str) -> State {
-        match s {
-            "replayed" => State::Replayed,
-            "claimed" => State::Claimed,
-            _ => State::Pending,
+
+    /// The state named by the database's CASE expression (see the stores).
+    pub fn parse(s: &str) -> Option<State> {
+        State::ALL.into_iter().find(|st| st.as_str() == s)
+    }
+
+    /// `--state pending,uncertain` or `all` (the empty list: no condition).
+    pub fn parse_list(s: &str) -> Result<Vec<State>> {
+        let mut out = Vec::new();
+        for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            if part == "all" {
+                return Ok(Vec::new());
+            }
+            let st = State::parse(part).ok_or_else(|| {
+                DlqError::usage(format!(
+                    "unknown state {part:?}: expected a comma list of pending, claimed, uncertain, replayed, discarded, or all"
+                ))
+            })?;
+            if !out.contains(&st) {
+                out.push(st);
+            }
         }
+        if out.is_empty() {
+            return Err(DlqError::usage("--state is empty"));
+        }
+        Ok(out)
     }
 }
 
-/// `--state` filter.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "snake_case")]
-pub enum StateFilter {
-    #[default]
-    All,
-    Pending,
-    Claimed,
-    Replayed,
-}
-
-/// The selection shared by `list`, `aggregate` and `plan`.
+/// The selection shared by `list`, `aggregate`, `plan` and the bulk commands.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct Filter {
     pub reason: Option<String>,
@@ -58,7 +82,9 @@ pub struct Filter {
     pub event_id: Option<String>,
     pub since: Option<DateTime<Utc>>,
     pub until: Option<DateTime<Utc>>,
-    pub state: StateFilter,
+    /// Rows in any of these states; empty: every state.
+    #[serde(default)]
+    pub states: Vec<State>,
 }
 
 /// A dead letter without its body: what `list` prints. Field order is the contract's.
@@ -71,6 +97,8 @@ pub struct Summary {
     pub reason: String,
     pub attempts: i64,
     pub replayed_at: Option<DateTime<Utc>>,
+    /// The operator part of the claim token: the token itself is a bearer secret,
+    /// printed only by `dlq claim` to the one who claimed.
     pub replay_claim_owner: Option<String>,
     pub replay_claim_expires_at: Option<DateTime<Utc>>,
     pub last_replay_error: Option<String>,
@@ -82,6 +110,9 @@ pub struct Summary {
     pub exchange: Option<String>,
     pub routing_key: Option<String>,
     pub dead_lettered_at: DateTime<Utc>,
+    pub replay_attempt_at: Option<DateTime<Utc>>,
+    pub discarded_at: Option<DateTime<Utc>>,
+    pub discard_note: Option<String>,
     pub state: State,
 }
 
@@ -127,6 +158,17 @@ pub fn parse_headers(json: &str) -> serde_json::Map<String, serde_json::Value> {
 
 pub fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
+}
+
+/// A claim token's fingerprint for history and logs: 12 hex digits of its SHA-256. It
+/// tells two tokens apart; it cannot be turned back into one.
+pub fn token_ref(token: &str) -> String {
+    sha256_hex(token.as_bytes())[..12].to_string()
+}
+
+/// The operator part of a claim token (`OPERATOR:UUID`).
+pub fn token_operator(token: &str) -> &str {
+    token.rsplit_once(':').map(|(op, _)| op).unwrap_or(token)
 }
 
 /// A dimension of `aggregate --by`.
@@ -208,7 +250,9 @@ pub struct Group {
     pub count: i64,
     pub pending: i64,
     pub claimed: i64,
+    pub uncertain: i64,
     pub replayed: i64,
+    pub discarded: i64,
     pub first_seen: DateTime<Utc>,
     pub last_seen: DateTime<Utc>,
 }
@@ -221,9 +265,10 @@ pub struct HistoryEntry {
     pub action: String,
     pub outcome: String,
     pub detail: Option<String>,
-    /// The claim token the step acted under.
+    /// A fingerprint of the claim token the step acted under (see [`token_ref`]): it ties
+    /// the steps of one replay together without printing the token.
     #[serde(skip_serializing_if = "Option::is_none", default)]
-    pub token: Option<String>,
+    pub token_ref: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none", default)]
     pub target: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none", default)]
@@ -257,6 +302,10 @@ pub enum Outcome {
     PublishFailed,
     Uncertain,
     Interrupted,
+    Resolved,
+    NotResolved,
+    /// A history step, never a final outcome: a publish was about to start.
+    Attempted,
 }
 
 impl Outcome {
@@ -272,13 +321,23 @@ impl Outcome {
             Outcome::PublishFailed => "publish_failed",
             Outcome::Uncertain => "uncertain",
             Outcome::Interrupted => "interrupted",
+            Outcome::Resolved => "resolved",
+            Outcome::NotResolved => "not_resolved",
+            Outcome::Attempted => "attempted",
         }
     }
 
     pub fn exit_code(self) -> u8 {
         match self {
-            Outcome::Replayed | Outcome::Claimed | Outcome::Released => exit::OK,
-            Outcome::NotReplayed | Outcome::NotClaimed | Outcome::NotReleased => exit::NOT_DONE,
+            Outcome::Replayed
+            | Outcome::Claimed
+            | Outcome::Released
+            | Outcome::Resolved
+            | Outcome::Attempted => exit::OK,
+            Outcome::NotReplayed
+            | Outcome::NotClaimed
+            | Outcome::NotReleased
+            | Outcome::NotResolved => exit::NOT_DONE,
             Outcome::NotFound => exit::NOT_FOUND,
             Outcome::PublishFailed => exit::PUBLISH_FAILED,
             Outcome::Uncertain => exit::UNCERTAIN,
@@ -290,13 +349,42 @@ impl Outcome {
     /// Uncertain is worst: it is the one that needs a person.
     pub fn severity(self) -> u8 {
         match self {
-            Outcome::Replayed | Outcome::Claimed | Outcome::Released => 0,
-            Outcome::NotReplayed | Outcome::NotClaimed | Outcome::NotReleased => 1,
+            Outcome::Replayed
+            | Outcome::Claimed
+            | Outcome::Released
+            | Outcome::Resolved
+            | Outcome::Attempted => 0,
+            Outcome::NotReplayed
+            | Outcome::NotClaimed
+            | Outcome::NotReleased
+            | Outcome::NotResolved => 1,
             Outcome::NotFound => 2,
             Outcome::PublishFailed => 3,
             Outcome::Interrupted => 4,
             Outcome::Uncertain => 5,
         }
+    }
+}
+
+impl Outcome {
+    pub const ALL: [Outcome; 13] = [
+        Outcome::Replayed,
+        Outcome::Claimed,
+        Outcome::Released,
+        Outcome::NotReplayed,
+        Outcome::NotClaimed,
+        Outcome::NotReleased,
+        Outcome::NotFound,
+        Outcome::PublishFailed,
+        Outcome::Uncertain,
+        Outcome::Interrupted,
+        Outcome::Resolved,
+        Outcome::NotResolved,
+        Outcome::Attempted,
+    ];
+
+    pub fn parse(s: &str) -> Option<Outcome> {
+        Outcome::ALL.into_iter().find(|o| o.as_str() == s)
     }
 }
 

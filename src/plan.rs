@@ -7,13 +7,14 @@
 //! skips what is done.
 
 use crate::error::{DlqError, Result};
-use crate::model::{Filter, Outcome, UNKNOWN};
-use crate::replay::{replay, Broker, Item, ItemReport, ReplayOptions};
+use crate::model::{validate_id, Filter, Outcome, UNKNOWN};
+use crate::publisher::{unless_stopped, Broker};
+use crate::replay::{replay, Item, ItemReport, ReplayOptions};
 use crate::store::{PlanCandidate, Store};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashSet};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -34,6 +35,42 @@ pub struct Plan {
     pub mix: BTreeMap<String, BTreeMap<String, usize>>,
     pub count: usize,
     pub items: Vec<PlanItem>,
+}
+
+impl Plan {
+    /// Reads a plan file (`-`: stdin), refusing one that lists an ID twice.
+    pub fn read(path: &std::path::Path) -> Result<Plan> {
+        let text = if path.as_os_str() == "-" {
+            std::io::read_to_string(std::io::stdin())
+                .map_err(|e| DlqError::usage(format!("cannot read the plan from stdin: {e}")))?
+        } else {
+            std::fs::read_to_string(path)
+                .map_err(|e| DlqError::usage(format!("cannot read plan {}: {e}", path.display())))?
+        };
+        let plan: Plan = serde_json::from_str(&text).map_err(|e| {
+            DlqError::usage(format!(
+                "{} is not a plan written by `dlq plan`: {e}",
+                path.display()
+            ))
+        })?;
+        let mut seen = std::collections::HashMap::new();
+        for (n, item) in plan.items.iter().enumerate() {
+            validate_id(&item.id)?;
+            if let Some(first) = seen.insert(item.id.as_str(), n + 1) {
+                return Err(DlqError::usage(format!(
+                    "{} lists dead letter {:?} twice (items {first} and {}); `dlq plan` never does: write the plan again",
+                    path.display(),
+                    item.id,
+                    n + 1
+                )));
+            }
+        }
+        Ok(plan)
+    }
+
+    pub fn ids(&self) -> Vec<String> {
+        self.items.iter().map(|i| i.id.clone()).collect()
+    }
 }
 
 fn mix_of(c: &[PlanCandidate]) -> BTreeMap<String, BTreeMap<String, usize>> {
@@ -121,6 +158,47 @@ pub struct RunSummary {
     pub worst: Option<Outcome>,
 }
 
+impl RunSummary {
+    /// Whether anything of this run reached, or may have reached, a queue.
+    pub fn anything_out(&self) -> bool {
+        [Outcome::Replayed, Outcome::Uncertain]
+            .iter()
+            .any(|o| self.counts.get(o.as_str()).is_some_and(|n| *n > 0))
+    }
+
+    /// The run's exit code: that of its worst outcome. An interrupted run says 130 only
+    /// when nothing went out; otherwise its worst outcome, counting the items it did not
+    /// get to as `not_replayed` (never "nothing was sent" when something was).
+    pub fn exit_code(&self) -> u8 {
+        let worst = |a: Option<Outcome>, b: Outcome| match a {
+            Some(a) if a.severity() >= b.severity() => a,
+            _ => b,
+        };
+        match (&self.stopped, self.worst) {
+            (Some(StopReason::Interrupted), _) if !self.anything_out() => crate::exit::INTERRUPTED,
+            (Some(_), w) if self.done < self.total => worst(
+                w.filter(|o| *o != Outcome::Interrupted),
+                Outcome::NotReplayed,
+            )
+            .exit_code(),
+            (_, Some(Outcome::Interrupted)) => worst(None, Outcome::NotReplayed)
+                .exit_code()
+                .max(self.worst_settled()),
+            (_, w) => w.map(|o| o.exit_code()).unwrap_or(crate::exit::OK),
+        }
+    }
+
+    fn worst_settled(&self) -> u8 {
+        self.counts
+            .keys()
+            .filter_map(|k| crate::model::Outcome::parse(k))
+            .filter(|o| *o != Outcome::Interrupted)
+            .max_by_key(|o| o.severity())
+            .map(|o| o.exit_code())
+            .unwrap_or(crate::exit::OK)
+    }
+}
+
 pub struct RunOptions {
     pub replay: ReplayOptions,
     pub batch_size: usize,
@@ -133,8 +211,28 @@ pub struct RunOptions {
 /// What the workers of a run share.
 struct Shared<F> {
     summary: RunSummary,
+    /// The next plan item to hand out.
+    next: usize,
+    in_flight: usize,
     failures: usize,
+    replayed: usize,
     on_item: F,
+}
+
+impl<F> Shared<F> {
+    /// How many more items may be taken now. With `--max-failures N` a run in which every
+    /// item fails attempts at most N + 10: items in flight and failures never exceed
+    /// N + 10, plus one more for each confirmed replay (the window widens as confirms
+    /// come back).
+    fn room(&self, opts: &RunOptions) -> usize {
+        let room = match opts.max_failures {
+            None => usize::MAX,
+            Some(max) => (max.saturating_sub(self.failures) + 10 + self.replayed)
+                .saturating_sub(self.in_flight),
+        };
+        room.min(opts.batch_size.max(1))
+            .min(self.summary.total - self.next)
+    }
 }
 
 /// Replays the plan's items batch by batch. `on_item` sees every report as it settles.
@@ -158,30 +256,27 @@ pub async fn run_plan(
             stop_detail: None,
             worst: None,
         },
+        next: 0,
+        in_flight: 0,
         failures: 0,
+        replayed: 0,
         on_item,
     });
-    let watch = tokio::sync::Mutex::new((NewDeadLetters::new(started), HashSet::new()));
-    let batches: Vec<&[PlanItem]> = plan.items.chunks(opts.batch_size.max(1)).collect();
-    let next = AtomicUsize::new(0);
-    let stop = AtomicBool::new(false);
-
+    let run = Run {
+        store,
+        plan,
+        opts,
+        interrupted,
+        shared: &shared,
+        settled: tokio::sync::Notify::new(),
+        stop: AtomicBool::new(false),
+        watch: tokio::sync::Mutex::new((NewDeadLetters::new(started), HashSet::new())),
+    };
     let turns = Arc::new(tokio::sync::Mutex::new(()));
     let worker = || async {
         let mut broker = make_broker().taking_turns(turns.clone());
         broker.connect_early();
-        let result = run_worker(
-            store,
-            &mut broker,
-            &batches,
-            &next,
-            &stop,
-            &shared,
-            &watch,
-            opts,
-            interrupted,
-        )
-        .await;
+        let result = run.worker(&mut broker).await;
         broker.close().await;
         result
     };
@@ -200,105 +295,155 @@ pub async fn run_plan(
     Ok(shared.summary)
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn run_worker<F: FnMut(&ItemReport)>(
-    store: &dyn Store,
-    broker: &mut Broker,
-    batches: &[&[PlanItem]],
-    next: &AtomicUsize,
-    stop: &AtomicBool,
-    shared: &Mutex<Shared<F>>,
-    watch: &tokio::sync::Mutex<(NewDeadLetters, HashSet<String>)>,
-    opts: &RunOptions,
-    interrupted: &AtomicBool,
-) -> Result<()> {
-    loop {
-        if stop.load(Ordering::SeqCst) || interrupted.load(Ordering::SeqCst) {
-            return Ok(());
-        }
-        let Some(batch) = batches.get(next.fetch_add(1, Ordering::SeqCst)) else {
-            return Ok(());
-        };
-        let items: Vec<Item> = batch
-            .iter()
-            .map(|p| Item {
-                id: p.id.clone(),
-                expected_sha256: Some(p.sha256.clone()),
-            })
-            .collect();
-        let reports = match replay(store, broker, &items, &opts.replay, interrupted).await {
-            Ok(r) => r,
-            Err(e) => {
-                stop.store(true, Ordering::SeqCst);
-                return Err(e);
+/// One run of a plan, shared by its workers.
+struct Run<'a, F> {
+    store: &'a dyn Store,
+    plan: &'a Plan,
+    opts: &'a RunOptions,
+    interrupted: &'a AtomicBool,
+    shared: &'a Mutex<Shared<F>>,
+    /// Woken whenever a batch settles (room may have opened).
+    settled: tokio::sync::Notify,
+    stop: AtomicBool,
+    watch: tokio::sync::Mutex<(NewDeadLetters, HashSet<String>)>,
+}
+
+impl<F: FnMut(&ItemReport)> Run<'_, F> {
+    fn stopping(&self) -> bool {
+        self.stop.load(Ordering::SeqCst) || self.interrupted.load(Ordering::SeqCst)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Shared<F>> {
+        self.shared.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The next items this worker may replay; `None` when the run is over for it.
+    async fn take(&self) -> Option<Vec<Item>> {
+        loop {
+            if self.stopping() {
+                return None;
             }
-        };
-        let replayed: Vec<String> = reports
+            let notified = self.settled.notified();
+            {
+                let mut sh = self.lock();
+                if sh.next >= sh.summary.total {
+                    return None;
+                }
+                let n = sh.room(self.opts);
+                if n > 0 {
+                    let items = self.plan.items[sh.next..sh.next + n]
+                        .iter()
+                        .map(|p| Item {
+                            id: p.id.clone(),
+                            expected_sha256: Some(p.sha256.clone()),
+                        })
+                        .collect();
+                    sh.next += n;
+                    sh.in_flight += n;
+                    return Some(items);
+                }
+            }
+            unless_stopped(self.interrupted, notified).await;
+        }
+    }
+
+    async fn worker(&self, broker: &mut Broker) -> Result<()> {
+        while let Some(items) = self.take().await {
+            let result = replay(
+                self.store,
+                broker,
+                &items,
+                &self.opts.replay,
+                self.interrupted,
+            )
+            .await;
+            let reports = match result {
+                Ok(r) => r,
+                Err(e) => {
+                    self.stop.store(true, Ordering::SeqCst);
+                    self.settled.notify_waiters();
+                    return Err(e);
+                }
+            };
+            self.account(items.len(), &reports);
+            self.settled.notify_waiters();
+            if self.stopping() {
+                return Ok(());
+            }
+            self.came_back(&reports).await?;
+        }
+        Ok(())
+    }
+
+    /// Counts the settled items and stops the run at `--max-failures`.
+    fn account(&self, taken: usize, reports: &[ItemReport]) {
+        let mut sh = self.lock();
+        sh.in_flight -= taken;
+        for r in reports {
+            sh.summary.done += 1;
+            *sh.summary
+                .counts
+                .entry(r.outcome.as_str().into())
+                .or_default() += 1;
+            if sh
+                .summary
+                .worst
+                .is_none_or(|w| r.outcome.severity() > w.severity())
+            {
+                sh.summary.worst = Some(r.outcome);
+            }
+            match r.outcome {
+                Outcome::PublishFailed | Outcome::Uncertain => sh.failures += 1,
+                Outcome::Replayed => sh.replayed += 1,
+                _ => {}
+            }
+            (sh.on_item)(r);
+        }
+        if let Some(max) = self.opts.max_failures {
+            if sh.failures >= max && sh.summary.stopped.is_none() {
+                sh.summary.stopped = Some(StopReason::MaxFailures);
+                sh.summary.stop_detail = Some(format!(
+                    "stopped after {} failures (--max-failures {max})",
+                    sh.failures
+                ));
+                self.stop.store(true, Ordering::SeqCst);
+            }
+        }
+    }
+
+    /// Stops the run when an event it replayed came back as a new dead letter.
+    async fn came_back(&self, reports: &[ItemReport]) -> Result<()> {
+        let replayed = reports
             .iter()
             .filter(|r| r.outcome == Outcome::Replayed)
-            .filter_map(|r| r.event_id.clone())
-            .collect();
-        {
-            let mut sh = shared.lock().unwrap_or_else(|e| e.into_inner());
-            for r in &reports {
-                sh.summary.done += 1;
-                *sh.summary
-                    .counts
-                    .entry(r.outcome.as_str().into())
-                    .or_default() += 1;
-                if sh
-                    .summary
-                    .worst
-                    .is_none_or(|w| r.outcome.severity() > w.severity())
-                {
-                    sh.summary.worst = Some(r.outcome);
-                }
-                if matches!(r.outcome, Outcome::PublishFailed | Outcome::Uncertain) {
-                    sh.failures += 1;
-                }
-                (sh.on_item)(r);
-            }
-            if let Some(max) = opts.max_failures {
-                if sh.failures >= max && sh.summary.stopped.is_none() {
-                    sh.summary.stopped = Some(StopReason::MaxFailures);
-                    sh.summary.stop_detail = Some(format!(
-                        "stopped after {} failures (--max-failures {max})",
-                        sh.failures
-                    ));
-                    stop.store(true, Ordering::SeqCst);
-                    return Ok(());
-                }
-            }
-        }
-        let mut w = watch.lock().await;
+            .filter_map(|r| r.event_id.clone());
+        let mut w = self.watch.lock().await;
         let (tracker, events) = &mut *w;
         events.extend(replayed);
-        if let Some((id, event)) = tracker.came_back(store, events).await? {
-            let mut sh = shared.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((id, event)) = tracker.came_back(self.store, events).await? {
+            let mut sh = self.lock();
             if sh.summary.stopped.is_none() {
                 sh.summary.stopped = Some(StopReason::CameBack);
                 sh.summary.stop_detail = Some(format!(
                     "replayed event {event} came back as new dead letter {id}: the cause is not fixed; stopping"
                 ));
             }
-            stop.store(true, Ordering::SeqCst);
-            return Ok(());
+            self.stop.store(true, Ordering::SeqCst);
         }
+        Ok(())
     }
 }
 
-/// Follows the dead letters written since the run started, a page at a time, so each
-/// check reads only what is new.
+/// Follows the dead letters written since the run started, a page at a time in
+/// (dead_lettered_at, id) order, so each check reads only what is new.
 struct NewDeadLetters {
-    watermark: DateTime<Utc>,
-    seen: HashSet<String>,
+    after: (DateTime<Utc>, String),
 }
 
 impl NewDeadLetters {
     fn new(started: DateTime<Utc>) -> Self {
         NewDeadLetters {
-            watermark: started,
-            seen: HashSet::new(),
+            after: (started, String::new()),
         }
     }
 
@@ -309,22 +454,15 @@ impl NewDeadLetters {
         replayed: &HashSet<String>,
     ) -> Result<Option<(String, String)>> {
         loop {
-            let page = store.dead_lettered_since(self.watermark, 1000).await?;
+            let page = store.dead_lettered_since(&self.after, 1000).await?;
             let full = page.len() == 1000;
-            let mut advanced = false;
             for (id, event, at) in page {
-                if !self.seen.insert(id.clone()) {
-                    continue;
-                }
-                advanced = true;
-                if at > self.watermark {
-                    self.watermark = at;
-                }
+                self.after = (at, id.clone());
                 if replayed.contains(&event) {
                     return Ok(Some((id, event)));
                 }
             }
-            if !full || !advanced {
+            if !full {
                 return Ok(None);
             }
         }

@@ -11,12 +11,16 @@
 
 use crate::error::{DlqError, Result};
 use crate::secret::{scrub, SecretUrl};
+use futures_util::FutureExt;
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
 use lapin::tcp::{OwnedIdentity, OwnedTLSConfig};
 use lapin::types::{AMQPValue, FieldArray, FieldTable, LongString, ShortString};
 use lapin::uri::AMQPUri;
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, DefaultConnectionBuilder};
 use lapin::{Confirmation, PublisherConfirm};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::{timeout, Instant};
 
@@ -82,8 +86,20 @@ impl OutgoingMessage {
 }
 
 /// A publish handed to the broker, its confirm not yet awaited.
-pub struct Pending {
-    confirm: std::result::Result<PublisherConfirm, PublishResult>,
+pub struct Sent {
+    pub id: String,
+    target: Target,
+    confirm: std::result::Result<std::pin::Pin<Box<PublisherConfirm>>, PublishResult>,
+    deadline: Instant,
+}
+
+/// How waiting for one confirm ended.
+enum Waited {
+    Known(PublishResult),
+    Confirmation(Box<Confirmation>),
+    /// No answer by the deadline, or interrupted: the future is kept to look at once more.
+    Open(std::pin::Pin<Box<PublisherConfirm>>, &'static str),
+    Lost(String),
 }
 
 pub struct Publisher {
@@ -91,6 +107,9 @@ pub struct Publisher {
     channel: Channel,
     opts: PublisherOptions,
     host: String,
+    /// Set once a confirm went unanswered: a late ack or return on this channel could be
+    /// credited to a later publish, so the channel is not used again.
+    poisoned: std::sync::atomic::AtomicBool,
 }
 
 /// TLS material for `amqps://`, read when connecting.
@@ -127,6 +146,181 @@ impl TlsFiles {
             identity,
             cert_chain,
         })
+    }
+}
+
+/// The broker side of a run: one connection, opened on first use (or early, in the
+/// background), reopened when it died or a confirm went unanswered; an optional publish
+/// rate shared with other connections; and turns taken with them.
+pub struct Broker {
+    url: SecretUrl,
+    opts: PublisherOptions,
+    publisher: Option<Publisher>,
+    connecting: Option<tokio::task::JoinHandle<std::result::Result<Publisher, String>>>,
+    /// Publishes at most this often (`--rate`), shared by all the brokers of a run.
+    pacer: Option<Arc<Pacer>>,
+    /// Held from a batch's first publish to its last confirm; see [`Broker::taking_turns`].
+    turns: Option<Arc<tokio::sync::Mutex<()>>>,
+}
+
+/// A publish rate shared by several connections.
+pub struct Pacer {
+    period: Duration,
+    interval: tokio::sync::Mutex<tokio::time::Interval>,
+}
+
+impl Pacer {
+    /// `rate` publishes per second; the caller has checked that it is positive and finite
+    /// with a period of at most a day.
+    pub fn per_second(rate: f64) -> Arc<Pacer> {
+        let period = Duration::from_secs_f64(1.0 / rate);
+        let mut i = tokio::time::interval(period);
+        i.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        Arc::new(Pacer {
+            period,
+            interval: tokio::sync::Mutex::new(i),
+        })
+    }
+
+    async fn wait(&self) {
+        self.interval.lock().await.tick().await;
+    }
+}
+
+/// Why there is no connection to publish on.
+pub enum NoConnection {
+    Failed(String),
+    Interrupted,
+}
+
+/// Waits for `fut`, giving up as soon as `stop` is set.
+pub async fn unless_stopped<T>(
+    stop: &AtomicBool,
+    fut: impl std::future::Future<Output = T>,
+) -> Option<T> {
+    tokio::pin!(fut);
+    loop {
+        tokio::select! {
+            v = &mut fut => return Some(v),
+            _ = tokio::time::sleep(Duration::from_millis(25)) => {
+                if stop.load(Ordering::SeqCst) {
+                    return None;
+                }
+            }
+        }
+    }
+}
+
+impl Broker {
+    pub fn new(url: SecretUrl, opts: PublisherOptions, pacer: Option<Arc<Pacer>>) -> Self {
+        Broker {
+            url,
+            opts,
+            publisher: None,
+            connecting: None,
+            pacer,
+            turns: None,
+        }
+    }
+
+    /// Makes this connection take turns with the others sharing `turns`: one batch at a
+    /// time is in the broker, from its first publish to its last confirm. RabbitMQ confirms
+    /// persistent messages once the queue has stored them and has nothing else to do, so
+    /// batches published side by side are confirmed together, and their connections then
+    /// run their SQL together while the broker idles. Taking turns, one connection's mark
+    /// and next claim overlap another's publishing.
+    pub fn taking_turns(mut self, turns: Arc<tokio::sync::Mutex<()>>) -> Self {
+        self.turns = Some(turns);
+        self
+    }
+
+    /// Waits for this connection's turn to publish, if it takes turns; gives up when
+    /// stopped (the caller sees the flag).
+    pub async fn turn(&self, stop: &AtomicBool) -> Option<tokio::sync::OwnedMutexGuard<()>> {
+        let turns = self.turns.clone()?;
+        unless_stopped(stop, turns.lock_owned()).await
+    }
+
+    /// Starts connecting in the background, so that the connection is ready when the
+    /// claim is. Connecting publishes nothing.
+    pub fn connect_early(&mut self) {
+        if self.publisher.is_none() && self.connecting.is_none() {
+            let (url, opts) = (self.url.clone(), self.opts.clone());
+            self.connecting = Some(tokio::spawn(
+                async move { Publisher::connect(&url, opts).await },
+            ));
+        }
+    }
+
+    /// A usable connection, opening a new one if needed.
+    pub async fn connect(&mut self, stop: &AtomicBool) -> std::result::Result<(), NoConnection> {
+        if self.publisher.as_ref().is_some_and(|p| !p.is_usable()) {
+            if let Some(p) = self.publisher.take() {
+                p.close().await;
+            }
+        }
+        if self.publisher.is_some() {
+            return Ok(());
+        }
+        self.connect_early();
+        let handle = self.connecting.as_mut().expect("connect_early set it");
+        let Some(joined) = unless_stopped(stop, handle).await else {
+            return Err(NoConnection::Interrupted);
+        };
+        self.connecting = None;
+        match joined {
+            Ok(Ok(p)) => {
+                self.publisher = Some(p);
+                Ok(())
+            }
+            Ok(Err(why)) => Err(NoConnection::Failed(why)),
+            Err(e) => Err(NoConnection::Failed(format!(
+                "connecting to RabbitMQ failed: {e}"
+            ))),
+        }
+    }
+
+    pub fn publisher(&self) -> Option<&Publisher> {
+        self.publisher.as_ref()
+    }
+
+    pub fn confirm_timeout(&self) -> Duration {
+        self.opts.confirm_timeout
+    }
+
+    /// How many of `n` ready items to attempt at once: about a second's worth at the
+    /// pace, all of them unpaced.
+    pub fn chunk_len(&self, n: usize) -> usize {
+        match &self.pacer {
+            Some(p) => ((1.0 / p.period.as_secs_f64()).ceil() as usize).clamp(1, n.max(1)),
+            None => n.max(1),
+        }
+    }
+
+    /// How long sending `n` items may take: their pacing, and at least a second.
+    pub fn send_budget(&self, n: usize) -> Duration {
+        let paced = self
+            .pacer
+            .as_ref()
+            .map(|p| p.period.saturating_mul(n as u32))
+            .unwrap_or_default();
+        paced.max(Duration::from_secs(1))
+    }
+
+    /// Waits for the next publish slot, if paced.
+    pub async fn pace(&self) {
+        if let Some(p) = &self.pacer {
+            p.wait().await;
+        }
+    }
+
+    pub async fn close(&mut self) {
+        if let Some(h) = self.connecting.take() {
+            h.abort();
+        }
+        if let Some(p) = self.publisher.take() {
+            p.close().await;
+        }
     }
 }
 
@@ -278,40 +472,40 @@ impl Publisher {
             channel,
             opts,
             host,
+            poisoned: Default::default(),
         })
     }
 
     /// Hands one message to the broker (mandatory, persistent) without waiting for its
-    /// confirm; [`Publisher::settle`] waits.
-    pub async fn send(&self, target: &Target, msg: &OutgoingMessage) -> Pending {
+    /// confirm; [`Publisher::settle`] waits. The confirm is awaited until the confirm
+    /// timeout counted from now.
+    pub async fn send(&self, id: &str, target: &Target, msg: &OutgoingMessage) -> Sent {
+        let deadline = Instant::now() + self.opts.confirm_timeout;
+        let sent = |confirm| Sent {
+            id: id.to_string(),
+            target: target.clone(),
+            confirm,
+            deadline,
+        };
+        let not_sent = |why: String| sent(Err(PublishResult::Failed(why)));
         if self.conn.status().blocked() {
-            return Pending {
-                confirm: Err(PublishResult::Failed(format!(
-                    "RabbitMQ at {} has blocked publishing (memory or disk alarm); nothing was sent",
-                    self.host
-                ))),
-            };
+            return not_sent(format!(
+                "RabbitMQ at {} has blocked publishing (memory or disk alarm); nothing was sent",
+                self.host
+            ));
         }
         if !self.channel.status().connected() {
-            return Pending {
-                confirm: Err(PublishResult::Failed(format!(
-                    "the channel to {} is closed; nothing was sent",
-                    self.host
-                ))),
-            };
+            return not_sent(format!(
+                "the channel to {} is closed; nothing was sent",
+                self.host
+            ));
         }
         let (ex, rk) = match (
             ShortString::try_new(target.exchange.clone()),
             ShortString::try_new(target.routing_key.clone()),
         ) {
             (Ok(e), Ok(r)) => (e, r),
-            _ => {
-                return Pending {
-                    confirm: Err(PublishResult::Failed(
-                        "exchange or routing key longer than 255 bytes".into(),
-                    )),
-                }
-            }
+            _ => return not_sent("exchange or routing key longer than 255 bytes".into()),
         };
         let publish = self.channel.basic_publish(
             ex,
@@ -323,8 +517,8 @@ impl Publisher {
             &msg.body,
             msg.properties(),
         );
-        let confirm = match timeout(self.opts.confirm_timeout, publish).await {
-            Ok(Ok(c)) => Ok(c),
+        sent(match timeout(self.opts.confirm_timeout, publish).await {
+            Ok(Ok(c)) => Ok(Box::pin(c)),
             Ok(Err(e)) => Err(PublishResult::Uncertain(format!(
                 "the connection to {} failed while publishing ({}); the broker may have the message",
                 self.host,
@@ -335,45 +529,140 @@ impl Publisher {
                 self.host,
                 humantime::format_duration(self.opts.confirm_timeout)
             ))),
-        };
-        Pending { confirm }
+        })
     }
 
-    /// Waits for a confirm, until `deadline` at most.
-    pub async fn settle(&self, pending: Pending, deadline: Instant) -> PublishResult {
-        let confirm = match pending.confirm {
-            Ok(c) => c,
-            Err(result) => return result,
+    /// Waits for the confirms of `sent` (each until its deadline, or until `stop` is
+    /// set) and judges each publish. Returned messages are matched to publishes by their
+    /// `x-dead-letter-id` header over the whole set: lapin hands a `basic.return` to
+    /// whichever confirm completes next, not to the message it belongs to. Every
+    /// publish on this channel must be in one call, so that no return can land on a
+    /// confirm outside it; after an unanswered confirm the channel is not used again.
+    pub async fn settle(&self, sent: Vec<Sent>, stop: &AtomicBool) -> Vec<(String, PublishResult)> {
+        let mut waited = Vec::with_capacity(sent.len());
+        for s in sent {
+            let w = match s.confirm {
+                Err(known) => Waited::Known(known),
+                Ok(mut confirm) => {
+                    match until_deadline_or_stop(&mut confirm, s.deadline, stop).await {
+                        Some(Ok(c)) => Waited::Confirmation(Box::new(c)),
+                        Some(Err(e)) => Waited::Lost(scrub(&e.to_string())),
+                        None if stop.load(Ordering::SeqCst) => Waited::Open(confirm, "interrupted"),
+                        None => Waited::Open(confirm, "timeout"),
+                    }
+                }
+            };
+            waited.push((s.id, s.target, w));
+        }
+        // A confirm given up on may have completed meanwhile (and carry a return).
+        for (_, _, w) in &mut waited {
+            if let Waited::Open(confirm, _) = w {
+                if let Some(r) = confirm.as_mut().now_or_never() {
+                    *w = match r {
+                        Ok(c) => Waited::Confirmation(Box::new(c)),
+                        Err(e) => Waited::Lost(scrub(&e.to_string())),
+                    };
+                }
+            }
+        }
+        let mut returned = HashMap::new();
+        let mut unmatched = 0usize;
+        for (_, _, w) in &mut waited {
+            if let Waited::Confirmation(c) = w {
+                let (Confirmation::Ack(r) | Confirmation::Nack(r)) = c.as_mut() else {
+                    continue;
+                };
+                if let Some(ret) = r.take() {
+                    match dead_letter_id(&ret) {
+                        Some(id) => {
+                            let why = format!("{} {}", ret.reply_code, ret.reply_text);
+                            returned.insert(id, why);
+                        }
+                        None => unmatched += 1,
+                    }
+                }
+            }
+        }
+        if waited
+            .iter()
+            .any(|(_, _, w)| matches!(w, Waited::Open(..) | Waited::Lost(_)))
+        {
+            self.poisoned.store(true, Ordering::SeqCst);
+        }
+        let results: Vec<(String, PublishResult)> = waited
+            .into_iter()
+            .map(|(id, target, w)| {
+                let result = self.judge(&target, w, returned.get(&id), unmatched);
+                (id, result)
+            })
+            .collect();
+        let count = |f: fn(&PublishResult) -> bool| results.iter().filter(|r| f(&r.1)).count();
+        tracing::debug!(
+            "published {}: {} confirmed, {} failed, {} uncertain",
+            results.len(),
+            count(|r| *r == PublishResult::Confirmed),
+            count(|r| matches!(r, PublishResult::Failed(_))),
+            count(|r| matches!(r, PublishResult::Uncertain(_)))
+        );
+        results
+    }
+
+    /// One publish's outcome by the contract: a certain failure only where the broker
+    /// surely holds no copy (returned as unroutable, or nacked on the default exchange,
+    /// whose route has exactly one queue); uncertain wherever a copy may exist.
+    fn judge(
+        &self,
+        target: &Target,
+        w: Waited,
+        returned: Option<&String>,
+        unmatched: usize,
+    ) -> PublishResult {
+        let host = &self.host;
+        let confirmation = match (w, returned) {
+            (Waited::Known(r), _) => return r,
+            (_, Some(why)) => {
+                return PublishResult::Failed(format!(
+                    "the broker returned it as unroutable: {why} (no queue is bound for this exchange and routing key)"
+                ))
+            }
+            (Waited::Open(_, "interrupted"), None) => return PublishResult::Uncertain(
+                "interrupted after publishing, before the broker's confirm: the message may or may not have been published".into(),
+            ),
+            (Waited::Open(..), None) => {
+                return PublishResult::Uncertain(format!(
+                    "no publisher confirm from {host} within {}: the message may or may not have been published",
+                    humantime::format_duration(self.opts.confirm_timeout)
+                ))
+            }
+            (Waited::Lost(e), None) => return PublishResult::Uncertain(format!(
+                "the connection to {host} was lost after publishing and before the confirm ({e}): the message may or may not have been published"
+            )),
+            (Waited::Confirmation(c), None) => *c,
         };
-        match tokio::time::timeout_at(deadline, confirm).await {
-            Err(_) => PublishResult::Uncertain(format!(
-                "no publisher confirm from {} within {}: the message may or may not have been published",
-                self.host,
-                humantime::format_duration(self.opts.confirm_timeout)
-            )),
-            Ok(Err(e)) => PublishResult::Uncertain(format!(
-                "the connection to {} was lost after publishing and before the confirm ({}): the message may or may not have been published",
-                self.host,
-                scrub(&e.to_string())
-            )),
-            Ok(Ok(Confirmation::Ack(None))) => PublishResult::Confirmed,
-            Ok(Ok(Confirmation::Ack(Some(ret)))) => PublishResult::Failed(format!(
-                "the broker returned it as unroutable: {} {} (no queue is bound for this exchange and routing key)",
-                ret.reply_code, ret.reply_text
-            )),
-            Ok(Ok(Confirmation::Nack(ret))) => PublishResult::Failed(match ret {
-                Some(r) => format!("the broker refused it (nack): {} {}", r.reply_code, r.reply_text),
-                None => "the broker refused it (nack; e.g. a full queue with reject-publish)".into(),
-            }),
-            Ok(Ok(Confirmation::NotRequested)) => PublishResult::Uncertain(
+        match confirmation {
+            Confirmation::NotRequested => PublishResult::Uncertain(
                 "the channel was not in confirm mode; the outcome is unknown".into(),
             ),
+            _ if unmatched > 0 => PublishResult::Uncertain(format!(
+                "the broker returned {unmatched} message(s) without an x-dead-letter-id header on this channel, so returns cannot be matched to rows: this one may or may not have been routed"
+            )),
+            Confirmation::Ack(_) => PublishResult::Confirmed,
+            Confirmation::Nack(_) if target.exchange.is_empty() => PublishResult::Failed(
+                "the broker refused it (nack) on the default exchange, whose route has one queue (e.g. a full queue with reject-publish)".into(),
+            ),
+            Confirmation::Nack(_) => PublishResult::Uncertain(format!(
+                "the broker refused it (nack) through exchange {}: one bound queue refused it while others may hold it",
+                target.exchange
+            )),
         }
     }
 
-    /// False once the connection or channel is gone (a new one is needed).
+    /// False once the connection or channel is gone, or a confirm went unanswered (a
+    /// new one is needed).
     pub fn is_usable(&self) -> bool {
-        self.conn.status().connected() && self.channel.status().connected()
+        self.conn.status().connected()
+            && self.channel.status().connected()
+            && !self.poisoned.load(Ordering::SeqCst)
     }
 
     pub fn confirm_timeout(&self) -> Duration {
@@ -384,6 +673,37 @@ impl Publisher {
         let _ = timeout(Duration::from_secs(2), self.conn.close(200, "bye".into())).await;
     }
 }
+
+/// Awaits `confirm` until `deadline`; `None` when the deadline passed or `stop` was set.
+async fn until_deadline_or_stop(
+    confirm: &mut std::pin::Pin<Box<PublisherConfirm>>,
+    deadline: Instant,
+    stop: &AtomicBool,
+) -> Option<lapin::Result<Confirmation>> {
+    loop {
+        if stop.load(Ordering::SeqCst) {
+            return None;
+        }
+        tokio::select! {
+            r = confirm.as_mut() => return Some(r),
+            _ = tokio::time::sleep_until(deadline) => return None,
+            _ = tokio::time::sleep(Duration::from_millis(25)) => {}
+        }
+    }
+}
+
+/// The `x-dead-letter-id` header of a returned message: the row it belongs to.
+fn dead_letter_id(ret: &lapin::message::BasicReturnMessage) -> Option<String> {
+    let headers = ret.delivery.properties.headers().as_ref()?;
+    match headers.inner().get(DEAD_LETTER_ID_HEADER)? {
+        AMQPValue::LongString(s) => Some(String::from_utf8_lossy(s.as_bytes()).into_owned()),
+        AMQPValue::ShortString(s) => Some(s.as_str().to_string()),
+        _ => None,
+    }
+}
+
+/// The header that ties a published message to its row.
+pub const DEAD_LETTER_ID_HEADER: &str = "x-dead-letter-id";
 
 enum Step<T> {
     Done(T),
@@ -450,7 +770,7 @@ pub fn replay_headers(
         .collect();
     out.insert("x-replayed-from-dlq".into(), "true".into());
     out.insert("x-dead-letter-reason".into(), reason.into());
-    out.insert("x-dead-letter-id".into(), id.into());
+    out.insert(DEAD_LETTER_ID_HEADER.into(), id.into());
     out.insert("x-replayed-by".into(), operator.into());
     out
 }

@@ -1,33 +1,33 @@
-//! The replay protocol: claim → publish with confirm → mark, or release.
+//! The replay protocol: claim → attempt → publish with confirm → settle.
 //!
-//! [`replay`] is the only code that moves a dead letter to `replayed`; a single `dlq
-//! replay ID` is a batch of one and `dlq replay --plan` feeds it batches, so both carry
-//! the same guarantees. The order is what makes it safe:
-//! - the claim (one conditional UPDATE on the database clock) comes first, so two
-//!   operators can never both publish the same row;
-//! - the lease is re-checked just before publishing, so a lease that lapsed while a
-//!   person read a prompt is never used;
-//! - the row is marked only after the broker's ack (and no return), so `replayed`
-//!   always means "the broker has it";
-//! - a publish that certainly failed releases the claim so the row can be retried; one
-//!   whose outcome is unknown keeps it until the lease lapses, so nobody replays it again
-//!   at once while the operator checks the consumers' receipts for the event ID.
+//! [`replay`] is the only code that publishes a dead letter; a single `dlq replay ID` is a
+//! batch of one and `dlq replay --plan` feeds it batches, so both carry the same promise:
+//! a dead letter is never published twice and never marked replayed without a confirm.
+//! The order is what keeps it:
+//! - **claim**: one conditional UPDATE on the database clock takes only `pending` rows, so
+//!   two operators can never both hold one row;
+//! - **attempt**: right before the first byte goes to the broker, a second conditional
+//!   UPDATE, guarded by the token and by a lease that outlives the confirm wait, records
+//!   the attempt and swaps the token. From then on the row is `uncertain` until settled,
+//!   whatever its lease does, and the old token can never start another publish;
+//! - **publish** (mandatory, persistent) and wait, bounded, for the confirm;
+//! - **settle**: mark replayed only after a confirm (retried while the database is busy),
+//!   release only when the publish certainly failed, and otherwise leave the row
+//!   `uncertain` for an operator to `dlq resolve`.
 //!
 //! The body and event ID are never changed: consumers deduplicate on the event ID.
 
 use crate::error::Result;
-use crate::model::{sha256_hex, DeadLetter, NewHistory, Outcome, Summary};
+use crate::model::{sha256_hex, DeadLetter, NewHistory, Outcome, State, Summary};
 use crate::publisher::{
-    replay_headers, to_field_table, OutgoingMessage, PublishResult, Publisher, PublisherOptions,
+    replay_headers, to_field_table, Broker, NoConnection, OutgoingMessage, PublishResult, Sent,
     Target,
 };
-use crate::secret::SecretUrl;
-use crate::store::Store;
+use crate::store::{is_transient, Store};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -62,137 +62,6 @@ pub struct ItemReport {
     pub target: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub plan_id: Option<String>,
-}
-
-/// The broker connection, opened on first use (or early, in the background) and reopened
-/// if it died.
-pub struct Broker {
-    url: SecretUrl,
-    opts: PublisherOptions,
-    publisher: Option<Publisher>,
-    connecting: Option<tokio::task::JoinHandle<std::result::Result<Publisher, String>>>,
-    /// Publishes at most this often (`--rate`), shared by all the brokers of a run.
-    pacer: Option<Arc<Pacer>>,
-    /// Held from a batch's first publish to its last confirm; see [`Broker::taking_turns`].
-    turns: Option<Arc<tokio::sync::Mutex<()>>>,
-}
-
-/// A publish rate shared by several connections.
-pub struct Pacer(tokio::sync::Mutex<tokio::time::Interval>);
-
-impl Pacer {
-    pub fn per_second(rate: f64) -> Arc<Pacer> {
-        let mut i = tokio::time::interval(Duration::from_secs_f64(1.0 / rate));
-        i.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        Arc::new(Pacer(tokio::sync::Mutex::new(i)))
-    }
-
-    async fn wait(&self) {
-        self.0.lock().await.tick().await;
-    }
-}
-
-/// Why there is no connection to publish on.
-enum NoConnection {
-    Failed(String),
-    Interrupted,
-}
-
-/// Waits for `fut`, giving up as soon as `interrupted` is set.
-async fn unless_interrupted<T>(
-    interrupted: &AtomicBool,
-    fut: impl std::future::Future<Output = T>,
-) -> Option<T> {
-    tokio::pin!(fut);
-    loop {
-        tokio::select! {
-            v = &mut fut => return Some(v),
-            _ = tokio::time::sleep(Duration::from_millis(25)) => {
-                if interrupted.load(Ordering::SeqCst) {
-                    return None;
-                }
-            }
-        }
-    }
-}
-
-impl Broker {
-    pub fn new(url: SecretUrl, opts: PublisherOptions, pacer: Option<Arc<Pacer>>) -> Self {
-        Broker {
-            url,
-            opts,
-            publisher: None,
-            connecting: None,
-            pacer,
-            turns: None,
-        }
-    }
-
-    /// Makes this connection take turns with the others sharing `turns`: one batch at a
-    /// time is in the broker, from its first publish to its last confirm. RabbitMQ confirms
-    /// persistent messages once the queue has stored them and has nothing else to do, so
-    /// batches published side by side are confirmed together, and their connections then
-    /// run their SQL together while the broker idles. Taking turns, one connection's mark
-    /// and next claim overlap another's publishing.
-    pub fn taking_turns(mut self, turns: Arc<tokio::sync::Mutex<()>>) -> Self {
-        self.turns = Some(turns);
-        self
-    }
-
-    /// Waits for this connection's turn to publish, if it takes turns; gives up when
-    /// interrupted (the caller sees the flag).
-    async fn turn(&self, interrupted: &AtomicBool) -> Option<tokio::sync::OwnedMutexGuard<()>> {
-        let turns = self.turns.clone()?;
-        unless_interrupted(interrupted, turns.lock_owned()).await
-    }
-
-    /// Starts connecting in the background, so that the connection is ready when the
-    /// claim is. Connecting publishes nothing.
-    pub fn connect_early(&mut self) {
-        if self.publisher.is_none() && self.connecting.is_none() {
-            let (url, opts) = (self.url.clone(), self.opts.clone());
-            self.connecting = Some(tokio::spawn(
-                async move { Publisher::connect(&url, opts).await },
-            ));
-        }
-    }
-
-    async fn connect(&mut self, interrupted: &AtomicBool) -> std::result::Result<(), NoConnection> {
-        if self.publisher.as_ref().is_some_and(|p| !p.is_usable()) {
-            if let Some(p) = self.publisher.take() {
-                p.close().await;
-            }
-        }
-        if self.publisher.is_some() {
-            return Ok(());
-        }
-        self.connect_early();
-        let handle = self.connecting.as_mut().expect("connect_early set it");
-        let joined = unless_interrupted(interrupted, handle).await;
-        let Some(joined) = joined else {
-            return Err(NoConnection::Interrupted);
-        };
-        self.connecting = None;
-        match joined {
-            Ok(Ok(p)) => {
-                self.publisher = Some(p);
-                Ok(())
-            }
-            Ok(Err(why)) => Err(NoConnection::Failed(why)),
-            Err(e) => Err(NoConnection::Failed(format!(
-                "connecting to RabbitMQ failed: {e}"
-            ))),
-        }
-    }
-
-    pub async fn close(&mut self) {
-        if let Some(h) = self.connecting.take() {
-            h.abort();
-        }
-        if let Some(p) = self.publisher.take() {
-            p.close().await;
-        }
-    }
 }
 
 /// Where a row's replay goes: the overrides, else the row's exchange and routing key,
@@ -234,398 +103,592 @@ pub fn new_token(operator: &str) -> String {
     format!("{operator}:{}", uuid::Uuid::new_v4())
 }
 
-/// The operator part of a claim token.
-pub fn token_operator(token: &str) -> &str {
-    token.rsplit_once(':').map(|(op, _)| op).unwrap_or(token)
-}
-
 fn fmt_time(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }
 
-/// Why a row cannot be claimed by the caller (or is no longer theirs), for the operator:
-/// who replayed it and when, or who holds the lease and until when.
+/// Why a row cannot be claimed (or is no longer the caller's), for the operator.
 pub fn why_unavailable(row: &Summary, now: DateTime<Utc>) -> String {
-    if let Some(at) = row.replayed_at {
-        let by = row
-            .replay_claim_owner
-            .as_deref()
-            .map(token_operator)
-            .unwrap_or("unknown");
-        return format!("already replayed at {} by {by}", fmt_time(at));
-    }
-    match (&row.replay_claim_owner, row.replay_claim_expires_at) {
-        (Some(owner), Some(until)) if until > now => format!(
-            "claimed by {} until {} ({}s left)",
-            token_operator(owner),
-            fmt_time(until),
-            (until - now).num_seconds().max(0)
+    let by = row.replay_claim_owner.as_deref().unwrap_or("unknown");
+    match row.state {
+        State::Replayed => format!(
+            "already replayed at {} by {by}",
+            row.replayed_at.map(fmt_time).unwrap_or_default()
         ),
-        (Some(_), Some(until)) => format!(
-            "the claim lapsed at {} (or was taken over)",
-            fmt_time(until)
+        State::Discarded => format!(
+            "discarded at {}: {}",
+            row.discarded_at.map(fmt_time).unwrap_or_default(),
+            row.discard_note.as_deref().unwrap_or("")
         ),
-        _ => "nobody holds a claim on it".into(),
+        State::Uncertain => format!(
+            "uncertain: a replay by {by} at {} may have published it ({}); check the consumers, then `dlq resolve`",
+            row.replay_attempt_at.map(fmt_time).unwrap_or_default(),
+            row.last_replay_error.as_deref().unwrap_or("outcome unknown")
+        ),
+        State::Claimed => {
+            let until = row.replay_claim_expires_at.unwrap_or(now);
+            let left = (until - now).num_seconds().max(0);
+            match row.replay_attempt_at {
+                Some(at) => format!(
+                    "a replay by {by} is publishing it (attempt at {}; lease until {}, {left}s left)",
+                    fmt_time(at),
+                    fmt_time(until)
+                ),
+                None => format!("claimed by {by} until {} ({left}s left)", fmt_time(until)),
+            }
+        }
+        State::Pending => "nobody holds a claim on it".into(),
     }
 }
 
-/// Below this much lease left (as far as the local clock can tell), the database is asked
-/// again before publishing.
-const LEASE_MARGIN: Duration = Duration::from_secs(1);
-
-/// Whether `token` holds a live lease on `row`, as of the database time it was read at.
-fn holds_live_lease(row: &DeadLetter, token: &str) -> bool {
-    let s = &row.summary;
-    s.replayed_at.is_none()
-        && s.replay_claim_owner.as_deref() == Some(token)
-        && s.replay_claim_expires_at
-            .is_some_and(|until| until > row.db_now)
-}
-
-/// Whether the lease on `row`, read at most `elapsed` ago, is surely still live: the
-/// database said how long it had left, the local monotonic clock how much has passed.
-fn surely_live(row: &DeadLetter, elapsed: Duration) -> bool {
-    let left = row
-        .summary
-        .replay_claim_expires_at
-        .and_then(|until| (until - row.db_now).to_std().ok());
-    left.is_some_and(|left| elapsed + LEASE_MARGIN < left)
-}
-
-fn replayed_detail(target: &Target) -> String {
-    format!("published to {target}, confirmed by the broker, marked replayed")
-}
+/// Room between a send and the end of its lease beyond the confirm wait, for the time
+/// statements and frames take on the way.
+pub const LEASE_MARGIN: Duration = Duration::from_secs(2);
 
 /// The protocol for a batch of items. Returns one report per distinct ID, in input order
-/// (an ID given twice is replayed once).
+/// (an ID given twice is replayed once). An error means the database could not be used
+/// before anything was published.
 pub async fn replay(
     store: &dyn Store,
     broker: &mut Broker,
     items: &[Item],
     opts: &ReplayOptions,
-    interrupted: &AtomicBool,
+    stop: &AtomicBool,
 ) -> Result<Vec<ItemReport>> {
-    let mut distinct = HashSet::new();
-    let items: Vec<&Item> = items.iter().filter(|i| distinct.insert(&i.id)).collect();
-    let mut reports: HashMap<String, ItemReport> = HashMap::new();
-    let mut history: Vec<NewHistory> = Vec::new();
-    let ids: Vec<String> = items.iter().map(|i| i.id.clone()).collect();
-    let report = |id: &str, outcome: Outcome, detail: String| ItemReport {
-        id: id.to_string(),
-        outcome,
-        detail,
-        event_id: None,
-        target: None,
-        plan_id: opts.plan_id.clone(),
+    let mut batch = Batch::new(items, opts);
+    batch.claim(store).await?;
+    batch.check(store).await;
+    let sent = batch.attempt_and_send(store, broker, stop).await;
+    let results = match broker.publisher() {
+        Some(p) if !sent.is_empty() => p.settle(sent, stop).await,
+        _ => Vec::new(),
     };
-
-    // 1. Claim: one conditional UPDATE on the database clock, returning the rows and
-    //    recording the claims in the same transaction (or verify a claim taken earlier).
-    let started = Instant::now();
-    let (token, mine, others) = match &opts.token {
-        Some(t) => {
-            let (mine, others): (Vec<DeadLetter>, Vec<DeadLetter>) = store
-                .load(&ids)
-                .await?
-                .into_iter()
-                .partition(|r| holds_live_lease(r, t));
-            (t.clone(), mine, Some(others))
-        }
-        None => {
-            let t = new_token(&opts.operator);
-            let lease = format!("lease {}", humantime::format_duration(opts.lease));
-            let claims: Vec<NewHistory> = ids
-                .iter()
-                .map(|id| entry(opts, id, "claim", Outcome::Claimed, &lease, &t, None))
-                .collect();
-            let mine = store.claim(&ids, &t, opts.lease, &claims).await?;
-            (t, mine, None)
-        }
-    };
-    let rows: HashMap<String, DeadLetter> = mine
-        .into_iter()
-        .map(|r| (r.summary.id.clone(), r))
-        .collect();
-    match opts.token {
-        Some(_) => tracing::debug!("the given token holds {} of {}", rows.len(), ids.len()),
-        None => tracing::debug!(
-            "claimed {} of {} for {}",
-            rows.len(),
-            ids.len(),
-            humantime::format_duration(opts.lease)
-        ),
-    }
-    let unavailable: Vec<String> = ids
-        .iter()
-        .filter(|id| !rows.contains_key(id.as_str()))
-        .cloned()
-        .collect();
-    if !unavailable.is_empty() {
-        let found: HashMap<String, (Summary, DateTime<Utc>)> = match others {
-            Some(others) => others
-                .into_iter()
-                .map(|r| (r.summary.id.clone(), (r.summary, r.db_now)))
-                .collect(),
-            None => {
-                let now = store.now().await?;
-                store
-                    .summaries(&unavailable)
-                    .await?
-                    .into_iter()
-                    .map(|s| (s.id.clone(), (s, now)))
-                    .collect()
-            }
-        };
-        for id in &unavailable {
-            let (outcome, mut detail) = match found.get(id) {
-                None => (Outcome::NotFound, format!("no dead letter with id {id:?}")),
-                Some((row, now)) => (
-                    Outcome::NotReplayed,
-                    format!("{}; nothing was published", why_unavailable(row, *now)),
-                ),
-            };
-            if opts.token.is_some() && found.contains_key(id) {
-                detail = format!("the token does not hold a live lease on it: {detail}");
-            }
-            if outcome != Outcome::NotFound {
-                history.push(entry(opts, id, "replay", outcome, &detail, &token, None));
-            }
-            reports.insert(id.clone(), report(id, outcome, detail));
-        }
-    }
-
-    // 2. Check what was claimed: the reviewed body, a target.
-    let mut to_release: Vec<(String, Outcome, String)> = Vec::new();
-    let mut ready: Vec<(&DeadLetter, Target)> = Vec::new();
-    for item in &items {
-        let Some(row) = rows.get(&item.id) else {
-            continue;
-        };
-        let sha = sha256_hex(&row.body);
-        match (&item.expected_sha256, resolve_target(&row.summary, opts)) {
-            (Some(expected), _) if !expected.eq_ignore_ascii_case(&sha) => to_release.push((
-                item.id.clone(),
-                Outcome::NotReplayed,
-                format!("the stored body's sha256 is {sha}, not the reviewed {expected}; nothing was published"),
-            )),
-            (_, None) => to_release.push((
-                item.id.clone(),
-                Outcome::NotReplayed,
-                "no target: the row has no exchange, routing key or source queue; give --routing-key".into(),
-            )),
-            (_, Some(target)) => ready.push((row, target)),
-        }
-    }
-
-    // 3. Connect (it may have started early) and wait for this connection's turn; then,
-    //    just before publishing, stop if asked to and make sure the lease is still live
-    //    (asking the database when in doubt).
-    let connection = if ready.is_empty() {
-        Ok(())
-    } else {
-        broker.connect(interrupted).await
-    };
-    let mut turn = None;
-    if connection.is_ok() && !ready.is_empty() {
-        turn = broker.turn(interrupted).await;
-    }
-    if interrupted.load(Ordering::SeqCst) || matches!(connection, Err(NoConnection::Interrupted)) {
-        for (row, _) in ready.drain(..) {
-            to_release.push((
-                row.summary.id.clone(),
-                Outcome::Interrupted,
-                "interrupted before publishing; nothing was published".into(),
-            ));
-        }
-    }
-    let elapsed = started.elapsed();
-    let doubtful: Vec<String> = ready
-        .iter()
-        .filter(|(row, _)| !surely_live(row, elapsed))
-        .map(|(row, _)| row.summary.id.clone())
-        .collect();
-    if !doubtful.is_empty() {
-        let live: HashSet<String> = store
-            .live_leases(&doubtful, &token)
-            .await?
-            .into_iter()
-            .collect();
-        let doubtful: HashSet<String> = doubtful.into_iter().collect();
-        ready.retain(|(row, _)| {
-            let id = &row.summary.id;
-            let ok = !doubtful.contains(id) || live.contains(id);
-            if !ok {
-                let detail =
-                    "the lease lapsed before publishing; nothing was published".to_string();
-                history.push(entry(
-                    opts,
-                    id,
-                    "replay",
-                    Outcome::NotReplayed,
-                    &detail,
-                    &token,
-                    None,
-                ));
-                reports.insert(id.clone(), report(id, Outcome::NotReplayed, detail));
-            }
-            ok
-        });
-    }
-    for (id, outcome, detail) in &to_release {
-        store
-            .release(std::slice::from_ref(id), &token, Some(detail))
-            .await?;
-        history.push(entry(opts, id, "release", *outcome, detail, &token, None));
-        reports.insert(id.clone(), report(id, *outcome, detail.clone()));
-    }
-
-    // 4. Publish (mandatory, persistent) and wait for every confirm, bounded. Ctrl-C
-    //    while waiting for a confirm makes the outcome uncertain, never a failure.
-    let mut results: Vec<(&DeadLetter, Target, PublishResult)> = Vec::new();
-    match (connection, broker.publisher.as_ref()) {
-        _ if ready.is_empty() => {}
-        (Err(NoConnection::Failed(why)), _) => {
-            for (row, target) in ready {
-                let why = format!("{why}; nothing was published");
-                results.push((row, target, PublishResult::Failed(why)));
-            }
-        }
-        (_, None) | (Err(NoConnection::Interrupted), _) => {}
-        (Ok(()), Some(p)) => {
-            let mut pending = Vec::with_capacity(ready.len());
-            for (row, target) in ready {
-                if let Some(pacer) = &broker.pacer {
-                    pacer.wait().await;
-                }
-                let sent = p.send(&target, &build_message(row, &opts.operator)).await;
-                pending.push((row, target, sent));
-            }
-            let deadline = Instant::now() + p.confirm_timeout();
-            for (row, target, sent) in pending {
-                let result = match unless_interrupted(interrupted, p.settle(sent, deadline)).await {
-                    Some(r) => r,
-                    None => PublishResult::Uncertain(
-                        "interrupted after publishing, before the broker's confirm: the message may or may not have been published".into(),
-                    ),
-                };
-                results.push((row, target, result));
-            }
-        }
-    }
-    drop(turn);
-    if !results.is_empty() {
-        let count = |f: fn(&PublishResult) -> bool| results.iter().filter(|r| f(&r.2)).count();
-        tracing::debug!(
-            "published {}: {} confirmed, {} failed, {} uncertain",
-            results.len(),
-            count(|r| *r == PublishResult::Confirmed),
-            count(|r| matches!(r, PublishResult::Failed(_))),
-            count(|r| matches!(r, PublishResult::Uncertain(_)))
-        );
-    }
-
-    // 5. Mark what the broker confirmed (its history in the same transaction); release
-    //    what certainly failed; keep the claim on what is unknown.
-    let confirmed: Vec<NewHistory> = results
-        .iter()
-        .filter(|(_, _, r)| *r == PublishResult::Confirmed)
-        .map(|(row, target, _)| {
-            let id = &row.summary.id;
-            let detail = replayed_detail(target);
-            let target = Some(target.to_string());
-            entry(
-                opts,
-                id,
-                "replay",
-                Outcome::Replayed,
-                &detail,
-                &token,
-                target,
-            )
-        })
-        .collect();
-    let marked: std::result::Result<HashSet<String>, String> = if confirmed.is_empty() {
-        Ok(HashSet::new())
-    } else {
-        let ids: Vec<String> = confirmed.iter().map(|e| e.dead_letter_id.clone()).collect();
-        match store.mark_replayed(&ids, &token, &confirmed).await {
-            Ok(m) => Ok(m.into_iter().collect()),
-            Err(e) => Err(e.to_string()),
-        }
-    };
-    if let Ok(m) = &marked {
-        tracing::debug!("marked {} of {} replayed", m.len(), confirmed.len());
-    }
-    for (row, target, result) in results {
-        let id = row.summary.id.clone();
-        let (outcome, detail) = match result {
-            PublishResult::Confirmed => match &marked {
-                Ok(m) if m.contains(&id) => (Outcome::Replayed, replayed_detail(&target)),
-                Ok(_) => (
-                    Outcome::Uncertain,
-                    format!("published to {target} and confirmed, but the lease lapsed before it could be marked replayed: it WAS published; check before replaying again"),
-                ),
-                Err(e) => (
-                    Outcome::Uncertain,
-                    format!("published to {target} and confirmed, but marking it replayed failed ({e}): it WAS published; check before replaying again"),
-                ),
-            },
-            PublishResult::Failed(why) => {
-                let released = store.release(std::slice::from_ref(&id), &token, Some(&why)).await;
-                let note = match released {
-                    Ok(r) if !r.is_empty() => "claim released",
-                    Ok(_) => "the claim had already lapsed",
-                    Err(_) => "the claim could not be released (database unreachable) and lapses with its lease",
-                };
-                (Outcome::PublishFailed, format!("{why}; {note}"))
-            }
-            PublishResult::Uncertain(why) => {
-                let detail = format!("{why}; the claim is kept until its lease lapses: check the consumers' receipts for event {} before acting again", row.summary.event_id.as_deref().unwrap_or("(unknown)"));
-                let _ = store.note_uncertain(std::slice::from_ref(&id), &token, &detail).await;
-                (Outcome::Uncertain, detail)
-            }
-        };
-        if outcome != Outcome::Replayed {
-            // (A replay's entry went in with its mark.)
-            history.push(entry(
-                opts,
-                &id,
-                "replay",
-                outcome,
-                &detail,
-                &token,
-                Some(target.to_string()),
-            ));
-        }
-        let mut r = report(&id, outcome, detail);
-        r.event_id = row.summary.event_id.clone();
-        r.target = Some(target.to_string());
-        reports.insert(id, r);
-    }
-
-    if let Err(e) = store.append_history(&history).await {
-        tracing::warn!("could not record the history of this replay: {e}");
-    }
-    Ok(ids.iter().filter_map(|id| reports.remove(id)).collect())
+    batch.settle(store, results, stop).await;
+    batch.record(store).await;
+    Ok(batch.into_reports())
 }
 
-fn entry(
-    opts: &ReplayOptions,
-    id: &str,
-    action: &'static str,
-    outcome: Outcome,
-    detail: &str,
-    token: &str,
-    target: Option<String>,
-) -> NewHistory {
-    NewHistory {
-        dead_letter_id: id.to_string(),
-        operator: opts.operator.clone(),
-        action,
-        outcome,
-        detail: detail.to_string(),
-        token: Some(token.to_string()),
-        target,
-        plan_id: opts.plan_id.clone(),
+/// One batch on its way through the protocol.
+struct Batch<'a> {
+    opts: &'a ReplayOptions,
+    /// Distinct IDs, in input order, with the reviewed body hash.
+    items: Vec<(String, Option<String>)>,
+    /// The claim token, shared by the batch until its attempt.
+    token: String,
+    rows: HashMap<String, DeadLetter>,
+    /// Claimed and checked, with where each goes.
+    ready: Vec<(String, Target)>,
+    /// The token each attempted row holds now (swapped at the attempt).
+    attempt_tokens: HashMap<String, String>,
+    /// Until when (locally) the shortest lease of the batch surely holds.
+    lease_end: Instant,
+    reports: HashMap<String, ItemReport>,
+    /// Entries not written with their step (refusals), appended at the end.
+    history: Vec<NewHistory>,
+}
+
+impl<'a> Batch<'a> {
+    fn new(items: &[Item], opts: &'a ReplayOptions) -> Self {
+        let mut distinct = HashSet::new();
+        Batch {
+            opts,
+            items: items
+                .iter()
+                .filter(|i| distinct.insert(i.id.clone()))
+                .map(|i| (i.id.clone(), i.expected_sha256.clone()))
+                .collect(),
+            token: opts
+                .token
+                .clone()
+                .unwrap_or_else(|| new_token(&opts.operator)),
+            rows: HashMap::new(),
+            ready: Vec::new(),
+            attempt_tokens: HashMap::new(),
+            lease_end: Instant::now(),
+            reports: HashMap::new(),
+            history: Vec::new(),
+        }
+    }
+
+    fn ids(&self) -> Vec<String> {
+        self.items.iter().map(|(id, _)| id.clone()).collect()
+    }
+
+    /// 1. Claim the `pending` rows (or take over a claim taken by `dlq claim`), and say
+    ///    why each other one is not replayed.
+    async fn claim(&mut self, store: &dyn Store) -> Result<()> {
+        let ids = self.ids();
+        let asked = Instant::now();
+        let rows = match &self.opts.token {
+            Some(t) => store.held(&ids, t).await?,
+            None => {
+                let lease = format!("lease {}", humantime::format_duration(self.opts.lease));
+                let entries: Vec<NewHistory> = ids
+                    .iter()
+                    .map(|id| self.entry(id, "claim", Outcome::Claimed, &lease, &self.token))
+                    .collect();
+                store
+                    .claim(&ids, &self.token, self.opts.lease, &entries)
+                    .await?
+            }
+        };
+        let left = rows
+            .iter()
+            .filter_map(|r| {
+                (r.summary.replay_claim_expires_at? - r.db_now)
+                    .to_std()
+                    .ok()
+            })
+            .min()
+            .unwrap_or_default();
+        self.lease_end = asked + left;
+        tracing::debug!(
+            "claimed {} of {}, lease {}",
+            rows.len(),
+            ids.len(),
+            humantime::format_duration(self.opts.lease)
+        );
+        self.rows = rows
+            .into_iter()
+            .map(|r| (r.summary.id.clone(), r))
+            .collect();
+        let unavailable: Vec<String> = ids
+            .into_iter()
+            .filter(|id| !self.rows.contains_key(id))
+            .collect();
+        if unavailable.is_empty() {
+            return Ok(());
+        }
+        let now = store.now().await?;
+        let found: HashMap<String, Summary> = store
+            .summaries(&unavailable)
+            .await?
+            .into_iter()
+            .map(|s| (s.id.clone(), s))
+            .collect();
+        for id in unavailable {
+            let (outcome, detail) = match found.get(&id) {
+                None => (Outcome::NotFound, format!("no dead letter with id {id:?}")),
+                Some(row) => {
+                    let why = why_unavailable(row, now);
+                    let why = match &self.opts.token {
+                        Some(_) if row.state == State::Claimed || row.state == State::Uncertain => {
+                            format!("the token does not hold it (or was already used): {why}")
+                        }
+                        _ => why,
+                    };
+                    let outcome = match row.state {
+                        State::Uncertain => Outcome::Uncertain,
+                        _ => Outcome::NotReplayed,
+                    };
+                    (outcome, format!("{why}; nothing was published"))
+                }
+            };
+            if outcome != Outcome::NotFound {
+                let e = self.entry(&id, "replay", outcome, &detail, &self.token);
+                self.history.push(e);
+            }
+            self.report(&id, outcome, detail);
+        }
+        Ok(())
+    }
+
+    /// Check each claimed row: the body a person reviewed, a target. Release the others.
+    async fn check(&mut self, store: &dyn Store) {
+        let mut refused = Vec::new();
+        for (id, expected) in &self.items {
+            let Some(row) = self.rows.get(id) else {
+                continue;
+            };
+            let sha = sha256_hex(&row.body);
+            match (expected, resolve_target(&row.summary, self.opts)) {
+                (Some(e), _) if !e.eq_ignore_ascii_case(&sha) => refused.push((
+                    id.clone(),
+                    format!("the stored body's sha256 is {sha}, not the reviewed {e}; nothing was published"),
+                )),
+                (_, None) => refused.push((
+                    id.clone(),
+                    "no target: the row has no exchange, routing key or source queue; give --routing-key".into(),
+                )),
+                (_, Some(target)) => self.ready.push((id.clone(), target)),
+            }
+        }
+        let token = self.token.clone();
+        for (id, why) in refused {
+            self.release(store, &[id], &token, Outcome::NotReplayed, &why)
+                .await;
+        }
+    }
+
+    /// 2 and 3. Connect, wait for this connection's turn, then chunk by chunk: record the
+    ///    attempt (swapping the token) and publish what it allowed, paced, never past the
+    ///    time the attempt's lease check covered. Returns what was handed to the broker.
+    async fn attempt_and_send(
+        &mut self,
+        store: &dyn Store,
+        broker: &mut Broker,
+        stop: &AtomicBool,
+    ) -> Vec<Sent> {
+        let mut ready = std::mem::take(&mut self.ready);
+        if ready.is_empty() {
+            return Vec::new();
+        }
+        let connected = broker.connect(stop).await;
+        let _turn = match connected {
+            Ok(()) => broker.turn(stop).await,
+            Err(_) => None,
+        };
+        let token = self.token.clone();
+        if let Err(NoConnection::Failed(why)) = &connected {
+            let ids: Vec<String> = ready.iter().map(|(id, _)| id.clone()).collect();
+            let why = format!("{why}; nothing was published");
+            self.release(store, &ids, &token, Outcome::PublishFailed, &why)
+                .await;
+            return Vec::new();
+        }
+        let mut sent = Vec::new();
+        while !ready.is_empty() {
+            if stop.load(Ordering::SeqCst) || connected.is_err() {
+                let ids: Vec<String> = ready.drain(..).map(|(id, _)| id).collect();
+                let why = "interrupted before publishing; nothing was published";
+                self.release(store, &ids, &token, Outcome::Interrupted, why)
+                    .await;
+                break;
+            }
+            let rest = ready.split_off(broker.chunk_len(ready.len()).min(ready.len()));
+            let chunk = std::mem::replace(&mut ready, rest);
+            if !self.send_chunk(store, broker, chunk, &mut sent, stop).await {
+                let ids: Vec<String> = ready.drain(..).map(|(id, _)| id).collect();
+                let why = "not attempted: the database could not record the attempt; nothing was published";
+                self.release(store, &ids, &token, Outcome::NotReplayed, why)
+                    .await;
+            }
+        }
+        sent
+    }
+
+    /// One chunk: its attempt, then its publishes. False when the attempt could not be
+    /// written (the database is in trouble: the caller stops).
+    async fn send_chunk(
+        &mut self,
+        store: &dyn Store,
+        broker: &Broker,
+        chunk: Vec<(String, Target)>,
+        sent: &mut Vec<Sent>,
+        stop: &AtomicBool,
+    ) -> bool {
+        let (token, new) = (self.token.clone(), new_token(&self.opts.operator));
+        let budget = broker.send_budget(chunk.len());
+        let outlive = broker.confirm_timeout() + budget + LEASE_MARGIN;
+        let ids: Vec<String> = chunk.iter().map(|(id, _)| id.clone()).collect();
+        let entries: Vec<NewHistory> = chunk
+            .iter()
+            .map(|(id, t)| {
+                let detail = format!("publishing to {t}");
+                let mut e = self.entry(id, "attempt", Outcome::Attempted, &detail, &new);
+                e.target = Some(t.to_string());
+                e
+            })
+            .collect();
+        let started = Instant::now();
+        let attempted: HashSet<String> =
+            match store.attempt(&ids, &token, &new, outlive, &entries).await {
+                Ok(a) => a.into_iter().collect(),
+                Err(e) => {
+                    // It may have committed: undo with either token (nothing was sent).
+                    let why = format!("recording the attempt failed ({e}); nothing was published");
+                    self.release(store, &ids, &new, Outcome::NotReplayed, &why)
+                        .await;
+                    self.release(store, &ids, &token, Outcome::NotReplayed, &why)
+                        .await;
+                    return false;
+                }
+            };
+        let publisher = broker.publisher().expect("connected before attempting");
+        let mut unsent = Vec::new();
+        for (id, target) in chunk {
+            if !attempted.contains(&id) {
+                let why = format!(
+                    "not attempted: the lease ends within {} (the confirm wait and sending), or the token no longer holds it; nothing was published",
+                    humantime::format_duration(outlive)
+                );
+                self.release(
+                    store,
+                    std::slice::from_ref(&id),
+                    &token,
+                    Outcome::NotReplayed,
+                    &why,
+                )
+                .await;
+                continue;
+            }
+            self.attempt_tokens.insert(id.clone(), new.clone());
+            if stop.load(Ordering::SeqCst) || started.elapsed() > budget + LEASE_MARGIN / 2 {
+                unsent.push(id);
+                continue;
+            }
+            broker.pace().await;
+            let row = &self.rows[&id];
+            sent.push(
+                publisher
+                    .send(&id, &target, &build_message(row, &self.opts.operator))
+                    .await,
+            );
+            let detail = "published; awaiting the confirm".to_string();
+            self.report(&id, Outcome::Uncertain, detail).target = Some(target.to_string());
+        }
+        if !unsent.is_empty() {
+            let (outcome, why) = if stop.load(Ordering::SeqCst) {
+                (
+                    Outcome::Interrupted,
+                    "interrupted before publishing; nothing was published",
+                )
+            } else {
+                (Outcome::NotReplayed, "sending took longer than the attempt's lease check allowed; nothing was published")
+            };
+            for id in &unsent {
+                self.reports.remove(id);
+            }
+            self.release(store, &unsent, &new, outcome, why).await;
+        }
+        true
+    }
+
+    /// 4, 5 and 6. Mark what the broker confirmed, release what certainly failed, and
+    ///    leave the rest `uncertain`, recording why.
+    async fn settle(
+        &mut self,
+        store: &dyn Store,
+        results: Vec<(String, PublishResult)>,
+        stop: &AtomicBool,
+    ) {
+        let confirmed: Vec<String> = results
+            .iter()
+            .filter(|(_, r)| *r == PublishResult::Confirmed)
+            .map(|(id, _)| id.clone())
+            .collect();
+        self.mark(store, &confirmed, stop).await;
+        for (id, result) in results {
+            let token = self.attempt_tokens[&id].clone();
+            match result {
+                PublishResult::Confirmed => {}
+                PublishResult::Failed(why) => {
+                    self.release(
+                        store,
+                        std::slice::from_ref(&id),
+                        &token,
+                        Outcome::PublishFailed,
+                        &why,
+                    )
+                    .await
+                }
+                PublishResult::Uncertain(why) => {
+                    let event = self.rows[&id].summary.event_id.clone();
+                    let why = format!(
+                        "{why}; check the consumers' receipts for event {}, then `dlq resolve {id} --delivered|--not-delivered`",
+                        event.as_deref().unwrap_or("(unknown)")
+                    );
+                    self.uncertain(store, &[id], &token, &why, stop).await;
+                }
+            }
+        }
+    }
+
+    /// 4. Mark replayed, grouped by token; a confirmed row that cannot be marked stays
+    ///    `uncertain`, saying that it WAS published.
+    async fn mark(&mut self, store: &dyn Store, confirmed: &[String], stop: &AtomicBool) {
+        let mut by_token: HashMap<String, Vec<String>> = HashMap::new();
+        for id in confirmed {
+            let t = self.attempt_tokens[id].clone();
+            by_token.entry(t).or_default().push(id.clone());
+        }
+        for (token, ids) in by_token {
+            let entries: Vec<NewHistory> = ids
+                .iter()
+                .map(|id| {
+                    let detail = self.replayed_detail(id);
+                    let mut e = self.entry(id, "replay", Outcome::Replayed, &detail, &token);
+                    e.target = self.reports[id].target.clone();
+                    e
+                })
+                .collect();
+            let result = retrying(self.lease_end, stop, || {
+                store.mark_replayed(&ids, &token, &entries)
+            })
+            .await;
+            let (marked, cause): (HashSet<String>, String) = match result {
+                Ok(m) => (
+                    m.into_iter().collect(),
+                    "the row is no longer held by this replay".into(),
+                ),
+                Err(e) => (HashSet::new(), e.to_string()),
+            };
+            tracing::debug!("marked {} of {} replayed", marked.len(), ids.len());
+            for id in ids {
+                if marked.contains(&id) {
+                    let detail = self.replayed_detail(&id);
+                    self.report(&id, Outcome::Replayed, detail);
+                    continue;
+                }
+                let why = format!(
+                    "published and confirmed by the broker, but the mark could not be written ({cause}): it WAS published; `dlq resolve {id} --delivered`"
+                );
+                self.uncertain(store, std::slice::from_ref(&id), &token, &why, stop)
+                    .await;
+            }
+        }
+    }
+
+    /// 5. Clear lease and attempt: nothing was published.
+    async fn release(
+        &mut self,
+        store: &dyn Store,
+        ids: &[String],
+        token: &str,
+        outcome: Outcome,
+        why: &str,
+    ) {
+        if ids.is_empty() {
+            return;
+        }
+        let entries: Vec<NewHistory> = ids
+            .iter()
+            .map(|id| self.entry(id, "release", outcome, why, token))
+            .collect();
+        let released = retrying(self.lease_end, &AtomicBool::new(false), || {
+            store.release(ids, token, Some(why), &entries)
+        })
+        .await;
+        for id in ids {
+            let note = match &released {
+                Ok(r) if r.contains(id) => String::new(),
+                Ok(_) => {
+                    // Nothing held it any more (the lease had lapsed): still recorded.
+                    let e = self.entry(id, "replay", outcome, why, token);
+                    self.history.push(e);
+                    String::new()
+                }
+                Err(e) => format!(
+                    "; the release could not be written ({e}): if it shows uncertain, nothing was published: `dlq resolve {id} --not-delivered`"
+                ),
+            };
+            self.report(id, outcome, format!("{why}{note}"));
+        }
+    }
+
+    /// 6. Keep the attempt, end the lease, say what is unknown.
+    async fn uncertain(
+        &mut self,
+        store: &dyn Store,
+        ids: &[String],
+        token: &str,
+        why: &str,
+        stop: &AtomicBool,
+    ) {
+        let entries: Vec<NewHistory> = ids
+            .iter()
+            .map(|id| {
+                let mut e = self.entry(id, "replay", Outcome::Uncertain, why, token);
+                e.target = self.reports.get(id).and_then(|r| r.target.clone());
+                e
+            })
+            .collect();
+        let noted = retrying(self.lease_end, stop, || {
+            store.settle_uncertain(ids, token, why, &entries)
+        })
+        .await;
+        if let Err(e) = noted {
+            tracing::warn!("could not record why the outcome is unknown: {e}");
+        }
+        for id in ids {
+            self.report(id, Outcome::Uncertain, why.to_string());
+        }
+    }
+
+    /// The refusals' history (the steps wrote their own with them).
+    async fn record(&self, store: &dyn Store) {
+        if let Err(e) = store.append_history(&self.history).await {
+            tracing::warn!("could not record the history of this replay: {e}");
+        }
+    }
+
+    fn replayed_detail(&self, id: &str) -> String {
+        let target = self.reports.get(id).and_then(|r| r.target.clone());
+        format!(
+            "published to {}, confirmed by the broker, marked replayed",
+            target.as_deref().unwrap_or("(unknown)")
+        )
+    }
+
+    /// The report of `id`, set to `outcome` (keeping what is known of it).
+    fn report(&mut self, id: &str, outcome: Outcome, detail: String) -> &mut ItemReport {
+        let event_id = self.rows.get(id).and_then(|r| r.summary.event_id.clone());
+        let r = self
+            .reports
+            .entry(id.to_string())
+            .or_insert_with(|| ItemReport {
+                id: id.to_string(),
+                outcome,
+                detail: String::new(),
+                event_id,
+                target: None,
+                plan_id: self.opts.plan_id.clone(),
+            });
+        r.outcome = outcome;
+        r.detail = detail;
+        r
+    }
+
+    fn entry(
+        &self,
+        id: &str,
+        action: &'static str,
+        outcome: Outcome,
+        detail: &str,
+        token: &str,
+    ) -> NewHistory {
+        NewHistory {
+            dead_letter_id: id.to_string(),
+            operator: self.opts.operator.clone(),
+            action,
+            outcome,
+            detail: detail.to_string(),
+            token: Some(token.to_string()),
+            target: None,
+            plan_id: self.opts.plan_id.clone(),
+        }
+    }
+
+    fn into_reports(mut self) -> Vec<ItemReport> {
+        self.items
+            .iter()
+            .filter_map(|(id, _)| self.reports.remove(id))
+            .collect()
+    }
+}
+
+/// Runs a protocol write until it succeeds, a non-transient error, `stop`, or `until`
+/// (the lease end): a busy or briefly unreachable database must not turn a confirmed
+/// publish into doubt. The writes are token-guarded and idempotent, so a retry after a
+/// lost reply is safe. At least one try.
+async fn retrying<T, F, Fut>(until: Instant, stop: &AtomicBool, mut op: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T>>,
+{
+    let mut pause = Duration::from_millis(50);
+    loop {
+        match op().await {
+            Err(e)
+                if is_transient(&e)
+                    && !stop.load(Ordering::SeqCst)
+                    && Instant::now() + pause < until =>
+            {
+                tracing::debug!("retrying in {pause:?}: {e}");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(2));
+            }
+            r => return r,
+        }
     }
 }

@@ -23,6 +23,21 @@ pub fn parse_duration(s: &str) -> Result<Duration> {
     Ok(d)
 }
 
+/// The longest lease: a claim holds a row from every other operator, so a typo such as
+/// `--lease 100000y` must not lock it for ever.
+pub const MAX_LEASE: Duration = Duration::from_secs(24 * 3600);
+
+/// A lease: a positive duration of at most [`MAX_LEASE`].
+pub fn parse_lease(s: &str) -> Result<Duration> {
+    let d = parse_duration(s)?;
+    if d > MAX_LEASE {
+        return Err(DlqError::usage(format!(
+            "invalid lease {s:?}: a lease is at most 24h (release and claim again to hold it longer)"
+        )));
+    }
+    Ok(d)
+}
+
 /// `--since` / `--until`: an RFC 3339 time, or a duration counted back from `now`.
 pub fn parse_time(s: &str, now: DateTime<Utc>) -> Result<DateTime<Utc>> {
     let t = s.trim();
@@ -43,6 +58,11 @@ pub fn parse_time(s: &str, now: DateTime<Utc>) -> Result<DateTime<Utc>> {
 /// clap value parser for durations.
 pub fn duration_arg(s: &str) -> std::result::Result<Duration, String> {
     parse_duration(s).map_err(|e| e.to_string())
+}
+
+/// clap value parser for leases.
+pub fn lease_arg(s: &str) -> std::result::Result<Duration, String> {
+    parse_lease(s).map_err(|e| e.to_string())
 }
 
 /// clap value parser for times (validated now, resolved against the clock later).
@@ -66,6 +86,10 @@ mod tests {
         assert!(parse_duration("0s").is_err());
         assert!(parse_duration("soon").is_err());
         assert!(parse_duration("-5m").is_err());
+        assert_eq!(parse_lease("24h").unwrap(), MAX_LEASE);
+        assert!(parse_lease("100000y").is_err());
+        assert!(parse_lease("300000y").is_err());
+        assert!(parse_lease("24h1s").is_err());
     }
 
     #[test]

@@ -163,7 +163,16 @@ fn plan_run_alongside_another_operator_never_publishes_twice() {
     );
     let msgs = rabbit.drain(&q);
     let counts = per_id(&msgs);
-    assert_eq!(counts.len(), 200, "every item published");
+    assert_eq!(
+        counts.len(),
+        200,
+        "every item published: {}",
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| !l.contains("\"replayed\""))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
     assert!(counts.values().all(|n| *n == 1), "no item published twice");
     assert!(by_hand > 0, "the other operator got some");
 }
@@ -219,7 +228,7 @@ fn a_plan_listing_an_id_twice_is_refused_and_replay_publishes_an_id_once() {
             tls: Default::default(),
         };
         let amqp = dlq::secret::SecretUrl::new("amqp://guest:guest@127.0.0.1:5672/%2f");
-        let mut broker = dlq::replay::Broker::new(amqp, opts, None);
+        let mut broker = dlq::publisher::Broker::new(amqp, opts, None);
         let item = dlq::replay::Item {
             id: "t0000".into(),
             expected_sha256: None,
@@ -354,7 +363,7 @@ fn sigkill_midway_leaves_no_unconfirmed_mark_and_a_rerun_completes() {
             "--batch-size",
             "10",
             "--lease",
-            "4s",
+            "7s",
             "--connect-timeout",
             "1s",
             "--confirm-timeout",
@@ -389,25 +398,28 @@ fn sigkill_midway_leaves_no_unconfirmed_mark_and_a_rerun_completes() {
             "{id} is marked, so the broker confirmed it"
         );
     }
-    std::thread::sleep(Duration::from_millis(4200)); // the killed run's leases lapse
+    std::thread::sleep(Duration::from_millis(7200)); // the killed run's leases lapse
     let r = db.dlq(&[
         "replay",
         "--plan",
         &plan_path,
         "--yes",
         "--lease",
-        "4s",
+        "7s",
         "--connect-timeout",
         "1s",
         "--confirm-timeout",
         "2s",
     ]);
-    assert_eq!(r.code, 3, "the done ones are not_replayed: {}", r.stderr);
+    // What the killed run was publishing is uncertain (exit 6), the rest done.
+    let uncertain = db.ids(&["--state", "uncertain", "--limit", "1000"]);
+    let expected = if uncertain.is_empty() { 3 } else { 6 };
+    assert_eq!(r.code, expected, "{}", r.stderr);
     let second = per_id(&rabbit.drain(&q));
-    for id in &replayed {
+    for id in replayed.iter().chain(&uncertain) {
         assert!(
             !second.contains_key(id),
-            "{id} was done and must not be republished"
+            "{id} was (maybe) sent by the killed run and must not be republished"
         );
     }
     assert_eq!(
@@ -415,7 +427,8 @@ fn sigkill_midway_leaves_no_unconfirmed_mark_and_a_rerun_completes() {
             .json()
             .as_array()
             .unwrap()
-            .len(),
+            .len()
+            + uncertain.len(),
         200
     );
 }

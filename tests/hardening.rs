@@ -451,7 +451,7 @@ fn sigint_while_waiting_for_the_confirm_is_uncertain_and_recorded() {
     let r = Run::from(child.wait_with_output().unwrap());
     assert_eq!(r.code, 6, "{}", r.all());
     let s = db.show("d1");
-    assert_eq!(s["state"], "claimed");
+    assert_eq!(s["state"], "uncertain");
     assert_eq!(s["replayed_at"], serde_json::Value::Null);
     assert!(
         s["last_replay_error"]

@@ -1,7 +1,13 @@
-//! Model-based test of the lease protocol: random sequences of claim / mark / release /
-//! time passing, run against the real SQLite and PostgreSQL stores and against a small
-//! in-memory model, which must agree after every step. Time passes in the database: leases
-//! are moved into the past by SQL, never by sleeping.
+//! Model-based test of the replay protocol v2: random sequences of claim / attempt /
+//! mark / release / settle-uncertain / resolve / time passing, by several actors holding
+//! fresh or stale tokens, run against the real SQLite and PostgreSQL stores and against a
+//! small in-memory model, which must agree after every step. A process that crashes is an
+//! actor that never takes its next step, which random sequences do all the time. Time
+//! passes in the database: leases are moved into the past by SQL, never by sleeping.
+//!
+//! The property: a row is published (a successful attempt, not undone by a release after a
+//! certain failure) at most once, plus once more for each `resolve --not-delivered`; and
+//! it is never `replayed` without an attempt.
 
 mod common;
 use common::*;
@@ -14,17 +20,49 @@ const ID: &str = "m1";
 
 #[derive(Debug, Clone)]
 enum Op {
-    Claim { actor: usize, lease_min: u64 },
-    Mark { actor: usize, stale: bool },
-    Release { actor: usize, stale: bool },
-    Advance { min: u64 },
+    Claim {
+        actor: usize,
+        lease_min: u64,
+    },
+    Attempt {
+        actor: usize,
+        stale: bool,
+        outlive_min: u64,
+    },
+    Mark {
+        actor: usize,
+        stale: bool,
+    },
+    Release {
+        actor: usize,
+        stale: bool,
+    },
+    Uncertain {
+        actor: usize,
+        stale: bool,
+    },
+    Resolve {
+        delivered: bool,
+    },
+    Advance {
+        min: u64,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         (0..3usize, 1..10u64).prop_map(|(actor, lease_min)| Op::Claim { actor, lease_min }),
+        (0..3usize, any::<bool>(), 0..6u64).prop_map(|(actor, stale, outlive_min)| {
+            Op::Attempt {
+                actor,
+                stale,
+                outlive_min,
+            }
+        }),
         (0..3usize, any::<bool>()).prop_map(|(actor, stale)| Op::Mark { actor, stale }),
         (0..3usize, any::<bool>()).prop_map(|(actor, stale)| Op::Release { actor, stale }),
+        (0..3usize, any::<bool>()).prop_map(|(actor, stale)| Op::Uncertain { actor, stale }),
+        any::<bool>().prop_map(|delivered| Op::Resolve { delivered }),
         (1..15u64).prop_map(|min| Op::Advance { min }),
     ]
 }
@@ -33,19 +71,27 @@ fn op() -> impl Strategy<Value = Op> {
 #[derive(Debug, Default)]
 struct Model {
     replayed: bool,
+    attempt: bool,
     owner: Option<String>,
-    expires_in: i64,
+    expires_in: Option<i64>,
+    publishes: u32,
+    resolved_not_delivered: u32,
 }
 
 impl Model {
-    fn live(&self, token: &str) -> bool {
-        !self.replayed && self.owner.as_deref() == Some(token) && self.expires_in > 0
+    fn lease_live(&self) -> bool {
+        self.expires_in.is_some_and(|e| e > 0)
+    }
+    fn holds(&self, token: &str) -> bool {
+        !self.replayed && self.owner.as_deref() == Some(token)
     }
     fn state(&self) -> &'static str {
         if self.replayed {
             "replayed"
-        } else if self.owner.is_some() && self.expires_in > 0 {
+        } else if self.lease_live() {
             "claimed"
+        } else if self.attempt {
+            "uncertain"
         } else {
             "pending"
         }
@@ -139,7 +185,7 @@ async fn check(h: &Harness, ops: Vec<Op>) -> Result<(), TestCaseError> {
         }
     };
     for op in ops {
-        match op {
+        let done = match op {
             Op::Claim { actor, lease_min } => {
                 let token = dlq::replay::new_token(&format!("actor{actor}"));
                 let got = h
@@ -147,47 +193,111 @@ async fn check(h: &Harness, ops: Vec<Op>) -> Result<(), TestCaseError> {
                     .claim(&ids, &token, Duration::from_secs(lease_min * 60), &[])
                     .await
                     .unwrap();
-                let expect = !model.replayed && (model.owner.is_none() || model.expires_in <= 0);
-                prop_assert_eq!(!got.is_empty(), expect, "claim {:?} on {:?}", op, model);
+                let expect = !model.replayed && !model.attempt && !model.lease_live();
                 if expect {
                     model.owner = Some(token.clone());
-                    model.expires_in = lease_min as i64;
+                    model.expires_in = Some(lease_min as i64);
                     tokens[actor].push(token);
                 }
+                (!got.is_empty(), expect)
+            }
+            Op::Attempt {
+                actor,
+                stale,
+                outlive_min,
+            } => {
+                let token = pick(&tokens, actor, stale);
+                let new = dlq::replay::new_token(&format!("actor{actor}"));
+                let outlive = Duration::from_secs(outlive_min * 60);
+                let got = h
+                    .store
+                    .attempt(&ids, &token, &new, outlive, &[])
+                    .await
+                    .unwrap();
+                let expect = model.holds(&token)
+                    && !model.attempt
+                    && model.expires_in.is_some_and(|e| e > outlive_min as i64);
+                if expect {
+                    model.owner = Some(new.clone());
+                    model.attempt = true;
+                    model.publishes += 1;
+                    tokens[actor].push(new);
+                }
+                (!got.is_empty(), expect)
             }
             Op::Mark { actor, stale } => {
                 let token = pick(&tokens, actor, stale);
                 let got = h.store.mark_replayed(&ids, &token, &[]).await.unwrap();
-                let expect = model.live(&token);
-                prop_assert_eq!(!got.is_empty(), expect, "mark {:?} on {:?}", op, model);
+                let expect = model.holds(&token) && model.attempt;
                 if expect {
                     model.replayed = true;
+                    model.expires_in = None;
                 }
+                (!got.is_empty(), expect)
             }
             Op::Release { actor, stale } => {
                 let token = pick(&tokens, actor, stale);
-                let got = h.store.release(&ids, &token, Some("model")).await.unwrap();
-                let expect = model.live(&token);
-                prop_assert_eq!(!got.is_empty(), expect, "release {:?} on {:?}", op, model);
+                let got = h
+                    .store
+                    .release(&ids, &token, Some("model"), &[])
+                    .await
+                    .unwrap();
+                let expect = model.holds(&token) && (model.attempt || model.lease_live());
                 if expect {
+                    // The protocol releases an attempted row only when its publish
+                    // certainly failed: that attempt published nothing.
+                    if model.attempt {
+                        model.publishes -= 1;
+                    }
                     model.owner = None;
-                    model.expires_in = 0;
+                    model.expires_in = None;
+                    model.attempt = false;
                 }
+                (!got.is_empty(), expect)
+            }
+            Op::Uncertain { actor, stale } => {
+                let token = pick(&tokens, actor, stale);
+                let got = h
+                    .store
+                    .settle_uncertain(&ids, &token, "model", &[])
+                    .await
+                    .unwrap();
+                let expect = model.holds(&token) && model.attempt;
+                if expect {
+                    model.expires_in = Some(model.expires_in.unwrap_or(0).min(0));
+                }
+                (!got.is_empty(), expect)
+            }
+            Op::Resolve { delivered } => {
+                let got = h.store.resolve(&ids, delivered, &[]).await.unwrap();
+                let expect = !model.replayed && model.attempt && !model.lease_live();
+                if expect && delivered {
+                    model.replayed = true;
+                    model.expires_in = None;
+                } else if expect {
+                    model.attempt = false;
+                    model.owner = None;
+                    model.expires_in = None;
+                    model.resolved_not_delivered += 1;
+                }
+                (!got.is_empty(), expect)
             }
             Op::Advance { min } => {
                 h.advance(min).await;
-                model.expires_in -= min as i64;
+                model.expires_in = model.expires_in.map(|e| e - min as i64);
+                (true, true)
             }
-        }
+        };
+        prop_assert_eq!(done.0, done.1, "{:?} on {:?}", op, model);
         prop_assert_eq!(h.state().await, model.state(), "state after {:?}", op);
-        let live_now = h
-            .store
-            .live_leases(&ids, model.owner.as_deref().unwrap_or("-"))
-            .await
-            .unwrap();
-        prop_assert_eq!(
-            !live_now.is_empty(),
-            model.owner.as_deref().is_some_and(|t| model.live(t))
+        prop_assert!(
+            model.publishes <= 1 + model.resolved_not_delivered,
+            "published twice: {:?}",
+            model
+        );
+        prop_assert!(
+            !model.replayed || model.publishes > 0,
+            "replayed unpublished"
         );
     }
     // An unknown ID is never claimed.
@@ -224,11 +334,11 @@ fn run_model(backend: Backend, cases: u32) {
 }
 
 #[test]
-fn lease_protocol_matches_the_model_on_sqlite() {
-    run_model(Backend::Sqlite, 96);
+fn replay_protocol_matches_the_model_on_sqlite() {
+    run_model(Backend::Sqlite, 128);
 }
 
 #[test]
-fn lease_protocol_matches_the_model_on_postgres() {
-    run_model(Backend::Postgres, 48);
+fn replay_protocol_matches_the_model_on_postgres() {
+    run_model(Backend::Postgres, 64);
 }

@@ -4,7 +4,7 @@ mod common;
 use common::*;
 use serde_json::json;
 
-const LIST_KEYS: [&str; 16] = [
+const LIST_KEYS: [&str; 19] = [
     "id",
     "reason",
     "attempts",
@@ -20,6 +20,9 @@ const LIST_KEYS: [&str; 16] = [
     "exchange",
     "routing_key",
     "dead_lettered_at",
+    "replay_attempt_at",
+    "discarded_at",
+    "discard_note",
     "state",
 ];
 

@@ -54,13 +54,22 @@ fn happy_path_publishes_once_byte_identical_then_not_replayed() {
             .collect();
         assert_eq!(
             actions,
-            vec![("claim", "claimed"), ("replay", "replayed")],
+            vec![
+                ("claim", "claimed"),
+                ("attempt", "attempted"),
+                ("replay", "replayed")
+            ],
             "{b:?}"
         );
         for h in s["history"].as_array().unwrap() {
             assert_eq!(h["operator"], "tester");
             assert!(h["at"].is_string());
-            assert!(h["token"].as_str().unwrap().starts_with("tester:"), "{h}");
+            assert!(h.get("token").is_none(), "tokens are never shown: {h}");
+            let r = h["token_ref"].as_str().unwrap();
+            assert!(
+                r.len() == 12 && r.chars().all(|c| c.is_ascii_hexdigit()),
+                "{h}"
+            );
         }
         assert!(
             s["history"][1]["target"].as_str().unwrap().contains(&q),
@@ -292,7 +301,11 @@ fn leases_guard_claim_replay_release() {
         assert_eq!(rabbit.count(&q), 0);
         let s = db.show("d2");
         assert_eq!(s["state"], "claimed");
-        assert_eq!(s["replay_claim_owner"], token_b.as_str());
+        assert_eq!(
+            s["replay_claim_owner"], "bob",
+            "the operator, never the token"
+        );
+        assert!(!db.dlq(&["show", "d2"]).stdout.contains(&token_b));
         let r = db.dlq_env(
             &["release", "d2", "--token", &token_b],
             &[("DLQ_OPERATOR", "bob")],
@@ -461,7 +474,7 @@ fn a_lease_that_lapses_before_publishing_is_not_used() {
             r.json()["detail"]
                 .as_str()
                 .unwrap()
-                .contains("lapsed before publishing"),
+                .contains("not attempted: the lease ends within"),
             "{}",
             r.stdout
         );
@@ -491,7 +504,7 @@ fn connection_cut_before_the_confirm_is_uncertain_and_keeps_the_claim() {
         assert_eq!(r.code, 6, "{b:?}: {}", r.all());
         assert_eq!(r.json()["outcome"], "uncertain");
         let s = db.show("d1");
-        assert_eq!(s["state"], "claimed", "claim kept until the lease lapses");
+        assert_eq!(s["state"], "uncertain", "never pending: it may be out");
         assert_eq!(s["replayed_at"], serde_json::Value::Null, "not marked");
         assert!(
             s["last_replay_error"]
@@ -502,9 +515,10 @@ fn connection_cut_before_the_confirm_is_uncertain_and_keeps_the_claim() {
             s["last_replay_error"]
         );
         assert_eq!(rabbit.drain(&q).len(), 1, "the broker did get it");
-        // Nobody replays it again at once.
+        // Nobody replays it again until an operator resolves it.
         let again = db.dlq(&["replay", "d1", "--yes"]);
-        assert_eq!(again.code, 3, "{}", again.all());
+        assert_eq!(again.code, 6, "{}", again.all());
+        assert_eq!(rabbit.drain(&q).len(), 0);
     }
 }
 
@@ -531,7 +545,7 @@ fn broker_silent_after_publish_is_uncertain_within_the_timeout() {
         .as_str()
         .unwrap()
         .contains("no publisher confirm"));
-    assert_eq!(db.show("d1")["state"], "claimed");
+    assert_eq!(db.show("d1")["state"], "uncertain");
 }
 
 #[test]
@@ -547,11 +561,28 @@ fn database_lost_after_the_confirm_is_uncertain_and_published_once() {
     );
     let db_url = db.url.replace("127.0.0.1:5432", &pg_proxy.addr());
     let amqp_url = format!("amqp://guest:guest@{}/%2f", amqp_proxy.addr());
+    let started = Instant::now();
     let r = db.dlq_env(
-        &["replay", "d1", "--yes", "--connect-timeout", "2s"],
+        &[
+            "replay",
+            "d1",
+            "--yes",
+            "--connect-timeout",
+            "2s",
+            "--lease",
+            "20s",
+            "-v",
+        ],
         &[("DLQ_DATABASE_URL", &db_url), ("DLQ_AMQP_URL", &amqp_url)],
     );
     assert_eq!(r.code, 6, "{}", r.all());
+    // The mark was retried for as long as the lease held, then given up.
+    assert!(r.stderr.contains("retrying"), "{}", r.stderr);
+    assert!(
+        started.elapsed() > Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
     let j = r.json();
     assert_eq!(j["outcome"], "uncertain");
     assert!(
@@ -561,5 +592,53 @@ fn database_lost_after_the_confirm_is_uncertain_and_published_once() {
     assert_eq!(rabbit.drain(&q).len(), 1, "published once");
     let s = db.show("d1");
     assert_eq!(s["replayed_at"], serde_json::Value::Null, "not marked");
-    assert_eq!(s["state"], "claimed");
+    assert_eq!(s["state"], "claimed", "the attempt's lease still runs");
+    db.sql(&["UPDATE dead_letters SET replay_claim_expires_at = now() - interval '1 second'"]);
+    assert_eq!(
+        db.show("d1")["state"],
+        "uncertain",
+        "never pending: it was sent"
+    );
+}
+
+#[test]
+fn database_back_before_the_lease_ends_gets_the_mark() {
+    let mut rabbit = Rabbit::new();
+    let q = rabbit.queue("dlq_dbback");
+    let db = TestDb::migrated(Backend::Postgres);
+    db.add(letter("d1", &q, BODY));
+    let pg_proxy = Proxy::start("127.0.0.1:5432", OnServerBytes::Nothing);
+    let amqp_proxy = Proxy::start(
+        "127.0.0.1:5672",
+        OnServerBytes::CutOther(BASIC_ACK.to_vec(), pg_proxy.cut.clone()),
+    );
+    // The database comes back two seconds after it went away.
+    let cut = pg_proxy.cut.clone();
+    let healer = std::thread::spawn(move || {
+        while !cut.load(std::sync::atomic::Ordering::SeqCst) {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        std::thread::sleep(Duration::from_secs(2));
+        cut.store(false, std::sync::atomic::Ordering::SeqCst);
+    });
+    let db_url = db.url.replace("127.0.0.1:5432", &pg_proxy.addr());
+    let amqp_url = format!("amqp://guest:guest@{}/%2f", amqp_proxy.addr());
+    let r = db.dlq_env(
+        &[
+            "replay",
+            "d1",
+            "--yes",
+            "--connect-timeout",
+            "2s",
+            "--lease",
+            "30s",
+            "-v",
+        ],
+        &[("DLQ_DATABASE_URL", &db_url), ("DLQ_AMQP_URL", &amqp_url)],
+    );
+    healer.join().unwrap();
+    assert_eq!(r.code, 0, "{}", r.all());
+    assert!(r.stderr.contains("retrying"), "{}", r.stderr);
+    assert_eq!(db.show("d1")["state"], "replayed");
+    assert_eq!(rabbit.drain(&q).len(), 1);
 }

@@ -62,7 +62,9 @@ pub async fn run(ctx: &Ctx, args: AggregateArgs) -> Result<u8> {
                     m.insert("count".into(), g.count.into());
                     m.insert("pending".into(), g.pending.into());
                     m.insert("claimed".into(), g.claimed.into());
+                    m.insert("uncertain".into(), g.uncertain.into());
                     m.insert("replayed".into(), g.replayed.into());
+                    m.insert("discarded".into(), g.discarded.into());
                     m.insert("first_seen".into(), time(g.first_seen).into());
                     m.insert("last_seen".into(), time(g.last_seen).into());
                     Value::Object(m)
@@ -78,7 +80,9 @@ pub async fn run(ctx: &Ctx, args: AggregateArgs) -> Result<u8> {
                     "COUNT",
                     "PENDING",
                     "CLAIMED",
+                    "UNCERTAIN",
                     "REPLAYED",
+                    "DISCARDED",
                     "FIRST SEEN",
                     "LAST SEEN",
                 ]
@@ -104,7 +108,9 @@ pub async fn run(ctx: &Ctx, args: AggregateArgs) -> Result<u8> {
                         thousands(g.count),
                         thousands(g.pending),
                         thousands(g.claimed),
+                        thousands(g.uncertain),
                         thousands(g.replayed),
+                        thousands(g.discarded),
                         time(g.first_seen),
                         time(g.last_seen),
                     ]);

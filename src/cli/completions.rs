@@ -5,7 +5,7 @@
 use super::{Cli, Ctx};
 use clap::{Args, CommandFactory};
 use dlq::error::Result;
-use dlq::model::{Filter, StateFilter};
+use dlq::model::{Filter, State};
 
 #[derive(Debug, Args)]
 pub struct CompletionsArgs {
@@ -59,9 +59,9 @@ pub fn run(ctx: &Ctx, args: CompletionsArgs) -> Result<u8> {
 pub async fn ids(ctx: &Ctx, args: IdsArgs) -> Result<u8> {
     let store = ctx.store().await?;
     let mut out = String::new();
-    for state in [StateFilter::Pending, StateFilter::Claimed] {
+    for state in [State::Pending, State::Claimed, State::Uncertain] {
         let filter = Filter {
-            state,
+            states: vec![state],
             ..Filter::default()
         };
         let (rows, _) = store.list(&filter, 200).await?;

@@ -2,7 +2,7 @@
 
 use clap::Args;
 use dlq::error::Result;
-use dlq::model::{validate_filter_value, Filter, StateFilter};
+use dlq::model::{validate_filter_value, Filter, State};
 use dlq::timeparse::{parse_time, time_arg};
 
 #[derive(Debug, Args, Clone)]
@@ -28,9 +28,17 @@ pub struct FilterArgs {
     /// Dead-lettered before: RFC 3339, or a duration back from now
     #[arg(long, value_parser = time_arg)]
     pub until: Option<String>,
-    /// Only rows in this state
-    #[arg(long, value_enum, default_value = "all")]
-    pub state: StateFilter,
+    /// Only rows in these states: pending, claimed, uncertain, replayed, discarded (a comma list), or all
+    #[arg(long, default_value = "all", value_parser = state_list)]
+    pub state: String,
+}
+
+/// clap value parser for `--state` (one value holding a comma list), checked now and
+/// parsed again by [`FilterArgs::to_filter`].
+fn state_list(s: &str) -> std::result::Result<String, String> {
+    State::parse_list(s)
+        .map(|_| s.to_string())
+        .map_err(|e| e.to_string())
 }
 
 impl FilterArgs {
@@ -88,7 +96,7 @@ impl FilterArgs {
             event_id: self.event_id.clone(),
             since,
             until,
-            state: self.state,
+            states: State::parse_list(&self.state)?,
         })
     }
 }

@@ -12,8 +12,11 @@ mod migrate;
 mod output;
 mod plan;
 mod profile;
+mod prompt;
 mod release;
 mod replay;
+mod report;
+mod resolve;
 mod show;
 
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
@@ -145,6 +148,8 @@ pub enum Command {
     Release(release::ReleaseArgs),
     /// Replay one reviewed dead letter, or a reviewed plan
     Replay(replay::ReplayArgs),
+    /// Settle uncertain dead letters: the operator says whether the consumers got them
+    Resolve(resolve::ResolveArgs),
     /// Freeze a reviewed, homogeneous selection into a plan (JSON on stdout)
     Plan(plan::PlanArgs),
     /// Import dead letters from JSON lines (the shape `show -o json` prints)
@@ -454,6 +459,7 @@ async fn run(ctx: &Ctx, command: Command) -> Result<u8> {
         Command::Claim(a) => claim::run(ctx, a).await,
         Command::Release(a) => release::run(ctx, a).await,
         Command::Replay(a) => replay::run(ctx, a).await,
+        Command::Resolve(a) => resolve::run(ctx, a).await,
         Command::Plan(a) => plan::run(ctx, a).await,
         Command::Import(a) => import::run(ctx, a).await,
         Command::Migrate(a) => migrate::run(ctx, a).await,

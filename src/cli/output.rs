@@ -95,3 +95,51 @@ pub fn time(t: chrono::DateTime<chrono::Utc>) -> String {
 pub fn opt(v: &Option<String>) -> String {
     v.clone().unwrap_or_else(|| dlq::model::UNKNOWN.to_string())
 }
+
+/// Bodies larger than this are cut in the table view (JSON always carries all of it).
+const MAX_SHOWN_BODY: usize = 64 * 1024;
+
+/// Pretty JSON when the body is JSON, text when UTF-8, else a hex dump; cut when large.
+pub fn render_body(body: &[u8]) -> String {
+    let shown = &body[..body.len().min(MAX_SHOWN_BODY)];
+    let cut = body.len() > MAX_SHOWN_BODY;
+    let note = if cut {
+        format!(
+            "\n… {} more bytes not shown (use -o json for the whole body)\n",
+            body.len() - MAX_SHOWN_BODY
+        )
+    } else {
+        String::new()
+    };
+    if let Ok(text) = std::str::from_utf8(body) {
+        if !cut {
+            if let Ok(v) = serde_json::from_str::<serde_json::Value>(text) {
+                return format!("{}\n", serde_json::to_string_pretty(&v).unwrap_or_default());
+            }
+        }
+        let shown_text = String::from_utf8_lossy(shown);
+        return format!("{shown_text}\n{note}");
+    }
+    let mut out = String::from("(not UTF-8; hex dump)\n");
+    for (i, chunk) in shown.chunks(16).enumerate() {
+        let hex: Vec<String> = chunk.iter().map(|b| format!("{b:02x}")).collect();
+        let ascii: String = chunk
+            .iter()
+            .map(|b| {
+                if b.is_ascii_graphic() || *b == b' ' {
+                    *b as char
+                } else {
+                    '.'
+                }
+            })
+            .collect();
+        out.push_str(&format!(
+            "{:08x}  {:<48} |{}|\n",
+            i * 16,
+            hex.join(" "),
+            ascii
+        ));
+    }
+    out.push_str(&note);
+    out
+}

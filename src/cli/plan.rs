@@ -3,7 +3,8 @@
 use super::filters::FilterArgs;
 use super::Ctx;
 use clap::Args;
-use dlq::error::Result;
+use dlq::error::{DlqError, Result};
+use dlq::model::State;
 use dlq::plan::make_plan;
 
 #[derive(Debug, Args)]
@@ -22,8 +23,15 @@ pub async fn run(ctx: &Ctx, args: PlanArgs) -> Result<u8> {
     let operator = ctx.operator()?;
     let store = ctx.store_for_writes().await?;
     let mut filter = args.filters.resolve(store.as_ref()).await?;
-    if filter.state == dlq::model::StateFilter::All {
-        filter.state = dlq::model::StateFilter::Pending;
+    // A plan replays pending rows only: say so rather than plan what cannot be replayed.
+    match filter.states.as_slice() {
+        [] => filter.states = vec![State::Pending],
+        [State::Pending] => {}
+        _ => {
+            return Err(DlqError::usage(
+                "a plan selects pending dead letters only (--state pending, the default); uncertain ones are settled with `dlq resolve`, discarded ones with `dlq restore`",
+            ))
+        }
     }
     let plan = make_plan(
         store.as_ref(),

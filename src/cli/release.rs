@@ -1,6 +1,6 @@
 //! `dlq release ID --token T`: gives back a lease; only its holder can.
 
-use super::claim::{emit, StepReport};
+use super::report::{emit, StepReport};
 use super::Ctx;
 use clap::Args;
 use dlq::error::Result;
@@ -19,32 +19,34 @@ pub async fn run(ctx: &Ctx, args: ReleaseArgs) -> Result<u8> {
     validate_id(&args.id)?;
     let operator = ctx.operator()?;
     let store = ctx.store_for_writes().await?;
+    let done = StepReport::new(
+        &args.id,
+        Outcome::Released,
+        "lease released; the dead letter can be replayed again",
+    );
+    let entry = done.history(&operator, "release", Some(args.token.clone()));
     let released = store
-        .release(std::slice::from_ref(&args.id), &args.token, None)
+        .release(std::slice::from_ref(&args.id), &args.token, None, &[entry])
         .await?;
     let report = if !released.is_empty() {
-        StepReport::new(
-            &args.id,
-            Outcome::Released,
-            "lease released; the dead letter can be replayed again",
-        )
+        done
     } else {
-        StepReport::unavailable(
+        let r = StepReport::unavailable(
             store.as_ref(),
             &args.id,
             Outcome::NotReleased,
-            "this token does not hold a live lease: ",
+            "this token does not hold a live lease (or was used by a replay): ",
         )
-        .await?
-    };
-    report
-        .record(
+        .await?;
+        r.record(
             store.as_ref(),
             &operator,
             "release",
             Some(args.token.clone()),
         )
         .await;
+        r
+    };
     store.close().await;
     Ok(emit(ctx, &report))
 }

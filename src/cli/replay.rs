@@ -1,17 +1,17 @@
 //! `dlq replay ID` and `dlq replay --plan FILE`: both go through [`dlq::replay::replay`].
 
-use super::claim::{emit, StepReport};
+use super::prompt::{confirm, require_consent, watch_signals};
+use super::report::{emit, emit_item, StepReport};
 use super::{Ctx, Format};
 use base64::Engine;
 use clap::Args;
 use dlq::error::{DlqError, Result};
 use dlq::model::{validate_id, Outcome};
-use dlq::plan::{run_plan, Plan, RunOptions, StopReason};
+use dlq::plan::{run_plan, Plan, RunOptions};
 use dlq::publisher::{replay_headers, PublisherOptions};
-use dlq::replay::{replay, resolve_target, Broker, Item, ItemReport, Pacer, ReplayOptions};
+use dlq::publisher::{Broker, Pacer};
+use dlq::replay::{replay, resolve_target, Item, ReplayOptions, LEASE_MARGIN};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 #[derive(Debug, Args)]
@@ -26,7 +26,7 @@ pub struct ReplayArgs {
     #[arg(long, conflicts_with = "plan")]
     pub token: Option<String>,
     /// How long the claim lasts; must exceed --connect-timeout + --confirm-timeout
-    #[arg(long, default_value = "5m", value_parser = dlq::timeparse::duration_arg)]
+    #[arg(long, default_value = "5m", value_parser = dlq::timeparse::lease_arg)]
     pub lease: Duration,
     /// How long to wait for the broker's publisher confirm
     #[arg(long, default_value = "10s", value_parser = dlq::timeparse::duration_arg)]
@@ -76,79 +76,40 @@ fn parse_rate(s: &str) -> std::result::Result<f64, String> {
             ))
         }
     };
-    if !(n.is_finite() && n > 0.0) {
+    let rate = n / secs;
+    if !(rate.is_finite() && rate > 0.0) {
         return Err(format!("invalid rate {s:?}: it must be greater than zero"));
     }
-    Ok(n / secs)
-}
-
-/// Sets the flag on SIGINT or SIGTERM; the protocol checks it before publishing.
-fn watch_signals() -> Arc<AtomicBool> {
-    let flag = Arc::new(AtomicBool::new(false));
-    let f = flag.clone();
-    tokio::spawn(async move {
-        #[cfg(unix)]
-        {
-            let mut term =
-                match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                    Ok(t) => t,
-                    Err(_) => return,
-                };
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = term.recv() => {}
-            }
-        }
-        #[cfg(not(unix))]
-        let _ = tokio::signal::ctrl_c().await;
-        f.store(true, Ordering::SeqCst);
-        eprintln!("dlq: interrupted: stopping once the items in flight are settled");
-    });
-    flag
-}
-
-/// Asks on the terminal; defaults to No. On a production profile the operator must type
-/// the profile's name instead of answering y.
-async fn confirm(ctx: &Ctx, prompt: &str) -> Result<bool> {
-    let prompt = prompt.to_string();
-    let production = ctx.production.clone();
-    tokio::task::spawn_blocking(move || match production {
-        Some(name) => dialoguer::Input::<String>::new()
-            .with_prompt(format!(
-                "{prompt} This is the PRODUCTION profile: type its name ({name}) to go on"
-            ))
-            .allow_empty(true)
-            .interact_text()
-            .map(|typed| typed.trim() == name),
-        None => dialoguer::Confirm::new()
-            .with_prompt(prompt)
-            .default(false)
-            .interact(),
-    })
-    .await
-    .map_err(|e| DlqError::other(format!("prompt failed: {e}")))?
-    .map_err(|e| DlqError::other(format!("prompt failed: {e}")))
-}
-
-fn require_consent(ctx: &Ctx, yes: bool) -> Result<bool> {
-    if yes {
-        return Ok(false);
-    }
-    if !ctx.interactive() {
-        return Err(DlqError::usage(
-            "refusing to replay without --yes: there is no terminal to ask on",
+    if !(MIN_RATE..=MAX_RATE).contains(&rate) {
+        return Err(format!(
+            "invalid rate {s:?}: between 1/m and 1000000/s (one publish a minute to a million a second)"
         ));
     }
-    Ok(true)
+    Ok(rate)
 }
 
+/// `--rate` bounds: slower than one a minute would outlast any lease; faster than a
+/// million a second is not a rate but a typo.
+const MIN_RATE: f64 = 1.0 / 60.0;
+const MAX_RATE: f64 = 1_000_000.0;
+
 pub async fn run(ctx: &Ctx, args: ReplayArgs) -> Result<u8> {
-    if args.lease <= ctx.global.connect_timeout + args.confirm_timeout {
+    // Before each publish the attempt step checks that the lease outlives the confirm
+    // wait, one pacing period (at least a second) of sending, and a margin.
+    let period = args
+        .rate
+        .map(|r| Duration::from_secs_f64(1.0 / r))
+        .unwrap_or_default()
+        .max(Duration::from_secs(1));
+    let needed = ctx.global.connect_timeout + args.confirm_timeout + period + LEASE_MARGIN;
+    if args.lease <= needed {
         return Err(DlqError::usage(format!(
-            "--lease {} must be longer than --connect-timeout {} plus --confirm-timeout {}, or the lease could lapse mid-publish",
+            "--lease {} must be longer than --connect-timeout {} plus --confirm-timeout {} plus {} of sending and a {} margin, or the lease could lapse mid-publish",
             humantime::format_duration(args.lease),
             humantime::format_duration(ctx.global.connect_timeout),
-            humantime::format_duration(args.confirm_timeout)
+            humantime::format_duration(args.confirm_timeout),
+            humantime::format_duration(period),
+            humantime::format_duration(LEASE_MARGIN),
         )));
     }
     if let Some(h) = &args.expect_sha256 {
@@ -238,12 +199,12 @@ async fn single(
                 serde_json::to_string_pretty(&headers).unwrap_or_default(),
                 row.body.len(),
                 row.sha256(),
-                super::show::render_body(&row.body)
+                super::output::render_body(&row.body)
             )),
         }
         return Ok(dlq::exit::OK);
     }
-    if require_consent(ctx, args.yes)? {
+    if require_consent(ctx, args.yes, "replay")? {
         let preview = super::output::truncate(&String::from_utf8_lossy(&row.body), 200);
         eprintln!(
             "About to replay:\n  id:        {id}\n  event id:  {}\n  reason:    {}\n  producer:  {}\n  target:    {target}\n  sha256:    {}\n  body:      {preview}",
@@ -277,53 +238,15 @@ async fn single(
     Ok(emit_item(ctx, &report))
 }
 
-fn emit_item(ctx: &Ctx, r: &ItemReport) -> u8 {
-    match ctx.format {
-        Format::Json => ctx.out.json(r),
-        _ => ctx
-            .out
-            .text(&format!("{}: {} ({})\n", r.id, r.outcome, r.detail)),
-    }
-    r.outcome.exit_code()
-}
-
-fn read_plan(path: &PathBuf) -> Result<Plan> {
-    let text = if path.as_os_str() == "-" {
-        std::io::read_to_string(std::io::stdin())?
-    } else {
-        std::fs::read_to_string(path)
-            .map_err(|e| DlqError::usage(format!("cannot read plan {}: {e}", path.display())))?
-    };
-    let plan: Plan = serde_json::from_str(&text).map_err(|e| {
-        DlqError::usage(format!(
-            "{} is not a plan written by `dlq plan`: {e}",
-            path.display()
-        ))
-    })?;
-    let mut seen = std::collections::HashMap::new();
-    for (n, item) in plan.items.iter().enumerate() {
-        validate_id(&item.id)?;
-        if let Some(first) = seen.insert(item.id.as_str(), n + 1) {
-            return Err(DlqError::usage(format!(
-                "{} lists dead letter {:?} twice (items {first} and {}); `dlq plan` never does: write the plan again",
-                path.display(),
-                item.id,
-                n + 1
-            )));
-        }
-    }
-    Ok(plan)
-}
-
 async fn group(
     ctx: &Ctx,
     args: &ReplayArgs,
-    path: &PathBuf,
+    path: &std::path::Path,
     mut opts: ReplayOptions,
     amqp: dlq::secret::SecretUrl,
     publisher_opts: PublisherOptions,
 ) -> Result<u8> {
-    let plan = read_plan(path)?;
+    let plan = Plan::read(path)?;
     opts.plan_id = Some(plan.plan_id.clone());
     // A rate cap is kept by one connection; otherwise overlap SQL and publishing.
     let workers = if args.rate.is_some() {
@@ -333,7 +256,7 @@ async fn group(
     };
     let store = ctx.store_for_run(workers as u32 + 1).await?;
     store.check_schema().await?;
-    if require_consent(ctx, args.yes)? {
+    if require_consent(ctx, args.yes, "replay")? {
         eprintln!(
             "About to replay plan {} ({} items, made by {} at {}), filters {}",
             plan.plan_id,
@@ -360,8 +283,9 @@ async fn group(
     };
     let pacer = args.rate.map(Pacer::per_second);
     let make_broker = || Broker::new(amqp.clone(), publisher_opts.clone(), pacer.clone());
-    let progress = (ctx.format != Format::Json && std::io::stderr().is_terminal_stderr())
-        .then(|| progress_bar(plan.items.len() as u64));
+    let progress = (ctx.format != Format::Json
+        && std::io::IsTerminal::is_terminal(&std::io::stderr()))
+    .then(|| progress_bar(plan.items.len() as u64));
     let mut counts: std::collections::BTreeMap<Outcome, usize> = Default::default();
     let result = run_plan(
         store.as_ref(),
@@ -417,22 +341,7 @@ async fn group(
             summary.done, summary.total
         );
     }
-    if summary.stopped == Some(StopReason::Interrupted) {
-        return Ok(dlq::exit::INTERRUPTED.max(summary.worst.map(|w| w.exit_code()).unwrap_or(0)));
-    }
-    Ok(summary
-        .worst
-        .map(|w| w.exit_code())
-        .unwrap_or(dlq::exit::OK))
-}
-
-trait StderrTerminal {
-    fn is_terminal_stderr(&self) -> bool;
-}
-impl StderrTerminal for std::io::Stderr {
-    fn is_terminal_stderr(&self) -> bool {
-        std::io::IsTerminal::is_terminal(self)
-    }
+    Ok(summary.exit_code())
 }
 
 fn progress_bar(len: u64) -> indicatif::ProgressBar {

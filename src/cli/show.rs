@@ -1,15 +1,12 @@
 //! `dlq show ID`: everything about one dead letter.
 
-use super::output::{opt, time};
+use super::output::{opt, render_body, time};
 use super::{Ctx, Format};
 use base64::Engine;
 use clap::Args;
 use dlq::error::{DlqError, Result};
 use dlq::model::{validate_id, DeadLetter, HistoryEntry, Summary};
 use serde::Serialize;
-
-/// Bodies larger than this are cut in the table view (JSON always carries all of it).
-const MAX_SHOWN_BODY: usize = 64 * 1024;
 
 #[derive(Debug, Args)]
 pub struct ShowArgs {
@@ -91,19 +88,25 @@ fn render(row: &DeadLetter, history: &[HistoryEntry]) -> String {
     );
     let lease = match (&s.replay_claim_owner, s.replay_claim_expires_at) {
         (Some(owner), Some(until)) if s.replayed_at.is_none() && until > row.db_now => format!(
-            "held by {} until {} ({}s left)",
-            dlq::replay::token_operator(owner),
+            "held by {owner} until {} ({}s left)",
             time(until),
             (until - row.db_now).num_seconds()
         ),
-        (Some(owner), Some(until)) if s.replayed_at.is_none() => format!(
-            "lapsed at {} (was {})",
-            time(until),
-            dlq::replay::token_operator(owner)
-        ),
+        (Some(owner), Some(until)) if s.replayed_at.is_none() => {
+            format!("lapsed at {} (was {owner})", time(until))
+        }
         _ => "-".into(),
     };
     kv("lease:", lease);
+    if let Some(at) = s.replay_attempt_at {
+        kv("attempt at:", time(at));
+    }
+    if let Some(at) = s.discarded_at {
+        kv(
+            "discarded at:",
+            format!("{} ({})", time(at), s.discard_note.as_deref().unwrap_or("")),
+        );
+    }
     kv(
         "last replay err:",
         s.last_replay_error.clone().unwrap_or_else(|| "-".into()),
@@ -132,50 +135,5 @@ fn render(row: &DeadLetter, history: &[HistoryEntry]) -> String {
                 .unwrap_or_default()
         ));
     }
-    out
-}
-
-/// Pretty JSON when the body is JSON, text when UTF-8, else a hex dump; cut when large.
-pub fn render_body(body: &[u8]) -> String {
-    let shown = &body[..body.len().min(MAX_SHOWN_BODY)];
-    let cut = body.len() > MAX_SHOWN_BODY;
-    let note = if cut {
-        format!(
-            "\n… {} more bytes not shown (use -o json for the whole body)\n",
-            body.len() - MAX_SHOWN_BODY
-        )
-    } else {
-        String::new()
-    };
-    if let Ok(text) = std::str::from_utf8(body) {
-        if !cut {
-            if let Ok(v) = serde_json::from_str::<serde_json::Value>(text) {
-                return format!("{}\n", serde_json::to_string_pretty(&v).unwrap_or_default());
-            }
-        }
-        let shown_text = String::from_utf8_lossy(shown);
-        return format!("{shown_text}\n{note}");
-    }
-    let mut out = String::from("(not UTF-8; hex dump)\n");
-    for (i, chunk) in shown.chunks(16).enumerate() {
-        let hex: Vec<String> = chunk.iter().map(|b| format!("{b:02x}")).collect();
-        let ascii: String = chunk
-            .iter()
-            .map(|b| {
-                if b.is_ascii_graphic() || *b == b' ' {
-                    *b as char
-                } else {
-                    '.'
-                }
-            })
-            .collect();
-        out.push_str(&format!(
-            "{:08x}  {:<48} |{}|\n",
-            i * 16,
-            hex.join(" "),
-            ascii
-        ));
-    }
-    out.push_str(&note);
     out
 }

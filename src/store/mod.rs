@@ -12,7 +12,9 @@ pub mod postgres;
 pub mod sqlite;
 
 use crate::error::{DlqError, Result};
-use crate::model::{DeadLetter, Dimension, Filter, Group, HistoryEntry, NewHistory, Summary};
+use crate::model::{
+    DeadLetter, Dimension, Filter, Group, HistoryEntry, NewHistory, State, Summary,
+};
 use crate::secret::{scrub, SecretUrl};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -40,6 +42,9 @@ pub struct NewDeadLetter {
     pub exchange: Option<String>,
     pub routing_key: Option<String>,
     pub dead_lettered_at: Option<DateTime<Utc>>,
+    pub replay_attempt_at: Option<DateTime<Utc>>,
+    pub discarded_at: Option<DateTime<Utc>>,
+    pub discard_note: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, serde::Serialize)]
@@ -115,9 +120,10 @@ pub trait Store: Send + Sync {
     /// Rows matching the filter, newest first, with body hashes, for `dlq plan`.
     async fn plan_candidates(&self, filter: &Filter, limit: i64) -> Result<Vec<PlanCandidate>>;
 
-    /// Protocol step 1: claims each row that exists, is not replayed and has no live
-    /// lease, and appends the entry of `history` of each row claimed, in one transaction.
-    /// Returns the claimed rows whole: the lease end and the database time with them.
+    /// Protocol step 1: claims each row that exists and is `pending` (not replayed, not
+    /// discarded, no open attempt, no live lease), and appends the entry of `history` of
+    /// each row claimed, in one transaction. Returns the claimed rows whole, with the
+    /// lease end and the database time.
     async fn claim(
         &self,
         ids: &[String],
@@ -125,33 +131,65 @@ pub trait Store: Send + Sync {
         lease: Duration,
         history: &[NewHistory],
     ) -> Result<Vec<DeadLetter>>;
-    /// Of `ids`, those on which `token` still holds a live lease.
-    async fn live_leases(&self, ids: &[String], token: &str) -> Result<Vec<String>>;
-    /// Protocol step 3: marks replayed where `token` holds a live lease, and appends the
-    /// entry of `history` of each row marked, in one transaction. Returns marked IDs.
+    /// Rows on which `token` (taken earlier by `dlq claim`) holds a live lease and that no
+    /// attempt has used yet, whole.
+    async fn held(&self, ids: &[String], token: &str) -> Result<Vec<DeadLetter>>;
+    /// Protocol step 2: where `token` holds the row, it is not replayed, no attempt is
+    /// open and the lease outlives `outlive` on the database clock, records the attempt
+    /// and swaps the token for `new_token`. Returns the IDs attempted: only these may be
+    /// published.
+    async fn attempt(
+        &self,
+        ids: &[String],
+        token: &str,
+        new_token: &str,
+        outlive: Duration,
+        history: &[NewHistory],
+    ) -> Result<Vec<String>>;
+    /// Protocol step 4: marks replayed where `token` holds an attempted, unreplayed row.
+    /// Returns the IDs marked.
     async fn mark_replayed(
         &self,
         ids: &[String],
         token: &str,
         history: &[NewHistory],
     ) -> Result<Vec<String>>;
-    /// Protocol step 4: clears the lease where `token` holds a live one; records `error`
-    /// when given. Returns released IDs.
+    /// Protocol step 5: where `token` holds the row (an open attempt, or a live lease),
+    /// clears lease and attempt and records `error`: the row is `pending` again. Only
+    /// after a certain failure, or before any publish. Returns the IDs released.
     async fn release(
         &self,
         ids: &[String],
         token: &str,
         error: Option<&str>,
+        history: &[NewHistory],
     ) -> Result<Vec<String>>;
-    /// Protocol step 5: records why the outcome is unknown, keeping the claim.
-    async fn note_uncertain(&self, ids: &[String], token: &str, error: &str) -> Result<()>;
+    /// Protocol step 6: the publish of these attempted rows was not settled. Keeps the
+    /// attempt (the row stays `uncertain`), ends the lease now and records `error`.
+    async fn settle_uncertain(
+        &self,
+        ids: &[String],
+        token: &str,
+        error: &str,
+        history: &[NewHistory],
+    ) -> Result<Vec<String>>;
+    /// Protocol step 7: an operator's decision on `uncertain` rows (an attempt whose
+    /// lease has ended, so no replay can still be in flight): `delivered` marks them
+    /// replayed, else they go back to `pending`. Returns the IDs resolved.
+    async fn resolve(
+        &self,
+        ids: &[String],
+        delivered: bool,
+        history: &[NewHistory],
+    ) -> Result<Vec<String>>;
     async fn append_history(&self, entries: &[NewHistory]) -> Result<()>;
-    /// Dead letters written at or after `since` that carry an event ID, oldest first, at
-    /// most `limit`: (id, event_id, dead_lettered_at). A plan run watches these to see a
-    /// replayed event come back.
+    /// Dead letters after `after` in (dead_lettered_at, id) order that carry an event ID,
+    /// at most `limit`: (id, event_id, dead_lettered_at). A plan run watches these to see
+    /// a replayed event come back; paging by both columns never repeats a page when many
+    /// rows share one time.
     async fn dead_lettered_since(
         &self,
-        since: DateTime<Utc>,
+        after: &(DateTime<Utc>, String),
         limit: i64,
     ) -> Result<Vec<(String, String, DateTime<Utc>)>>;
     async fn close(&self);
@@ -198,16 +236,35 @@ pub(crate) fn db_error(e: sqlx::Error) -> DlqError {
             return DlqError::Busy(Duration::from_secs(0));
         }
         if code == "57014" {
-            return DlqError::other(format!("database: statement timed out ({})", scrub(&msg)));
+            return DlqError::Unavailable(format!(
+                "database: statement timed out ({})",
+                scrub(&msg)
+            ));
         }
         if code == "55P03" {
-            return DlqError::other(format!("database: lock wait timed out ({})", scrub(&msg)));
+            return DlqError::Unavailable(format!(
+                "database: lock wait timed out ({})",
+                scrub(&msg)
+            ));
+        }
+        // serialization_failure, deadlock_detected, admin shutdown / cannot connect now.
+        if matches!(code.as_str(), "40001" | "40P01" | "57P01" | "57P03") {
+            return DlqError::Unavailable(format!("database: {}", scrub(&msg)));
         }
         return DlqError::other(format!("database: {}", scrub(&msg)));
     }
     match e {
         sqlx::Error::PoolTimedOut => {
-            DlqError::other("database: timed out connecting (is it reachable?)")
+            DlqError::Unavailable("database: timed out connecting (is it reachable?)".into())
+        }
+        // The connection broke (also mid-handshake, where a dropped socket reads as a
+        // TLS or protocol error): the next try opens a new one.
+        sqlx::Error::Io(_)
+        | sqlx::Error::Tls(_)
+        | sqlx::Error::Protocol(_)
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed => {
+            DlqError::Unavailable(format!("database: {}", scrub(&e.to_string())))
         }
         other => DlqError::other(format!("database: {}", scrub(&other.to_string()))),
     }
@@ -245,37 +302,73 @@ macro_rules! push_filter {
             $qb.push(" AND dead_lettered_at < ");
             $qb.push_bind($ts(t));
         }
-        match f.state {
-            $crate::model::StateFilter::All => {}
-            $crate::model::StateFilter::Replayed => {
-                $qb.push(" AND replayed_at IS NOT NULL");
-            }
-            $crate::model::StateFilter::Claimed => {
-                $qb.push(format!(
-                    " AND replayed_at IS NULL AND replay_claim_expires_at > {}",
-                    $now
-                ));
-            }
-            $crate::model::StateFilter::Pending => {
-                $qb.push(format!(
-                    " AND replayed_at IS NULL AND (replay_claim_expires_at IS NULL OR replay_claim_expires_at <= {})",
-                    $now
-                ));
-            }
+        if !f.states.is_empty() {
+            let any: Vec<String> = f
+                .states
+                .iter()
+                .map(|st| $crate::store::state_predicate(*st, $now))
+                .collect();
+            $qb.push(format!(" AND (({}))", any.join(") OR (")));
         }
     }};
 }
 pub(crate) use push_filter;
 
-/// The SELECT list of a [`Summary`], shared by both backends (`$now` as above).
+/// The SQL condition of one state, `now` being the dialect's clock. The five are
+/// disjoint and cover every row; [`state_case`] is the same rule as one expression. A
+/// live lease is `claimed` whether or not its publish has started (a replay in
+/// progress); an attempt whose lease has ended, however it ended, is `uncertain`.
+pub(crate) fn state_predicate(state: State, now: &str) -> String {
+    const OPEN: &str = "replayed_at IS NULL AND discarded_at IS NULL";
+    let lapsed = format!("(replay_claim_expires_at IS NULL OR replay_claim_expires_at <= {now})");
+    match state {
+        State::Replayed => "replayed_at IS NOT NULL".into(),
+        State::Discarded => "replayed_at IS NULL AND discarded_at IS NOT NULL".into(),
+        State::Claimed => format!("{OPEN} AND replay_claim_expires_at > {now}"),
+        State::Uncertain => format!("{OPEN} AND replay_attempt_at IS NOT NULL AND {lapsed}"),
+        State::Pending => format!("{OPEN} AND replay_attempt_at IS NULL AND {lapsed}"),
+    }
+}
+
+/// The state of a row as one SQL expression (see [`state_predicate`]).
+pub(crate) fn state_case(now: &str) -> String {
+    format!(
+        "CASE WHEN replayed_at IS NOT NULL THEN 'replayed' \
+              WHEN discarded_at IS NOT NULL THEN 'discarded' \
+              WHEN replay_claim_expires_at > {now} THEN 'claimed' \
+              WHEN replay_attempt_at IS NOT NULL THEN 'uncertain' ELSE 'pending' END"
+    )
+}
+
+/// The SELECT list of a [`Summary`], shared by both backends (`$now` as above). The
+/// claim owner is read whole; the decoders keep only its operator part.
 pub(crate) fn summary_columns(now: &str) -> String {
     format!(
         "id, reason, attempts, replayed_at, replay_claim_owner, replay_claim_expires_at, \
          last_replay_error, eff_event_id, error, eff_producer, eff_schema_version, source_queue, \
-         exchange, routing_key, dead_lettered_at, \
-         CASE WHEN replayed_at IS NOT NULL THEN 'replayed' \
-              WHEN replay_claim_expires_at > {now} THEN 'claimed' ELSE 'pending' END AS state"
+         exchange, routing_key, dead_lettered_at, replay_attempt_at, discarded_at, discard_note, \
+         {} AS state",
+        state_case(now)
     )
+}
+
+/// The aggregate columns counting each state, in [`State::ALL`] order.
+pub(crate) fn state_counts(now: &str, count_if: impl Fn(&str) -> String) -> String {
+    State::ALL
+        .iter()
+        .map(|st| count_if(&state_predicate(*st, now)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The state name a row was read with.
+pub(crate) fn decode_state(s: &str) -> std::result::Result<State, sqlx::Error> {
+    State::parse(s).ok_or_else(|| sqlx::Error::Decode(format!("unknown state {s:?}").into()))
+}
+
+/// Transient database errors: worth retrying a protocol write that must not be lost.
+pub fn is_transient(e: &DlqError) -> bool {
+    matches!(e, DlqError::Busy(_) | DlqError::Unavailable(_))
 }
 
 /// The SQL expression of an aggregate dimension; `bucket` renders hour/day buckets.

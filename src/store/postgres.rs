@@ -1,13 +1,14 @@
 //! PostgreSQL: all of its SQL. Times are `timestamptz`; the clock is `now()`.
 
 use super::{
-    db_error, dimension_expr, migration_error, newly_applied, push_filter, summary_columns,
-    ImportReport, NewDeadLetter, PlanCandidate, Store, StoreOptions,
+    db_error, decode_state, dimension_expr, migration_error, newly_applied, push_filter,
+    state_counts, state_predicate, summary_columns, ImportReport, NewDeadLetter, PlanCandidate,
+    Store, StoreOptions,
 };
 use crate::error::{DlqError, Result};
 use crate::model::{
-    sha256_hex, DeadLetter, Dimension, Filter, Group, GroupKey, HistoryEntry, NewHistory, State,
-    Summary,
+    sha256_hex, token_operator, token_ref, DeadLetter, Dimension, Filter, Group, GroupKey,
+    HistoryEntry, NewHistory, State, Summary,
 };
 use crate::secret::SecretUrl;
 use async_trait::async_trait;
@@ -62,28 +63,36 @@ impl PgStore {
 
 fn summary(row: &PgRow) -> std::result::Result<Summary, sqlx::Error> {
     Ok(Summary {
-        id: row.try_get(0)?,
-        reason: row.try_get(1)?,
-        attempts: row.try_get::<i32, _>(2)? as i64,
-        replayed_at: row.try_get(3)?,
-        replay_claim_owner: row.try_get(4)?,
-        replay_claim_expires_at: row.try_get(5)?,
-        last_replay_error: row.try_get(6)?,
-        event_id: row.try_get(7)?,
-        error: row.try_get(8)?,
-        producer: row.try_get(9)?,
-        schema_version: row.try_get(10)?,
-        source_queue: row.try_get(11)?,
-        exchange: row.try_get(12)?,
-        routing_key: row.try_get(13)?,
-        dead_lettered_at: row.try_get(14)?,
-        state: State::parse(row.try_get::<&str, _>(15)?),
+        id: row.try_get("id")?,
+        reason: row.try_get("reason")?,
+        attempts: row.try_get::<i32, _>("attempts")? as i64,
+        replayed_at: row.try_get("replayed_at")?,
+        replay_claim_owner: row
+            .try_get::<Option<&str>, _>("replay_claim_owner")?
+            .map(|t| token_operator(t).to_string()),
+        replay_claim_expires_at: row.try_get("replay_claim_expires_at")?,
+        last_replay_error: row.try_get("last_replay_error")?,
+        event_id: row.try_get("eff_event_id")?,
+        error: row.try_get("error")?,
+        producer: row.try_get("eff_producer")?,
+        schema_version: row.try_get("eff_schema_version")?,
+        source_queue: row.try_get("source_queue")?,
+        exchange: row.try_get("exchange")?,
+        routing_key: row.try_get("routing_key")?,
+        dead_lettered_at: row.try_get("dead_lettered_at")?,
+        replay_attempt_at: row.try_get("replay_attempt_at")?,
+        discarded_at: row.try_get("discarded_at")?,
+        discard_note: row.try_get("discard_note")?,
+        state: decode_state(row.try_get("state")?)?,
     })
 }
 
 /// The columns of a whole row, as [`whole_rows`] reads them (also a RETURNING list).
 fn whole_row_columns() -> String {
-    format!("{}, headers_json, body, now()", summary_columns(NOW))
+    format!(
+        "{}, headers_json, body, now() AS db_now",
+        summary_columns(NOW)
+    )
 }
 
 fn whole_rows(rows: &[PgRow]) -> Result<Vec<DeadLetter>> {
@@ -91,9 +100,9 @@ fn whole_rows(rows: &[PgRow]) -> Result<Vec<DeadLetter>> {
         .map(|row| {
             Ok(DeadLetter {
                 summary: summary(row)?,
-                headers_json: row.try_get(16)?,
-                body: row.try_get(17)?,
-                db_now: row.try_get(18)?,
+                headers_json: row.try_get("headers_json")?,
+                body: row.try_get("body")?,
+                db_now: row.try_get("db_now")?,
             })
         })
         .collect::<Result<_, sqlx::Error>>()
@@ -134,6 +143,30 @@ fn bind_history<'q>(
         .bind(col(|e| e.token.clone()))
         .bind(col(|e| e.target.clone()))
         .bind(col(|e| e.plan_id.clone()))
+}
+
+/// A protocol step: `update` (an UPDATE ... RETURNING id, parameters $1..$n) and the
+/// history entries of the rows it changed, in one statement, so both commit together.
+fn step_sql(update: &str, n: usize) -> String {
+    format!(
+        "WITH c AS ({update}), h AS ({}) SELECT id FROM c",
+        insert_history(n + 1, Some("c"))
+    )
+}
+
+type PgQuery<'q> = sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>;
+
+impl PgStore {
+    async fn step(&self, query: PgQuery<'_>, history: &[NewHistory]) -> Result<Vec<String>> {
+        let rows = bind_history(query, history)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db_error)?;
+        rows.iter()
+            .map(|r| r.try_get("id"))
+            .collect::<Result<_, sqlx::Error>>()
+            .map_err(db_error)
+    }
 }
 
 #[async_trait]
@@ -198,11 +231,9 @@ impl Store for PgStore {
         let n = dims.len();
         let mut qb = QueryBuilder::new(format!(
             "SELECT {}, count(*), \
-             count(*) FILTER (WHERE replayed_at IS NULL AND (replay_claim_expires_at IS NULL OR replay_claim_expires_at <= {NOW})), \
-             count(*) FILTER (WHERE replayed_at IS NULL AND replay_claim_expires_at > {NOW}), \
-             count(*) FILTER (WHERE replayed_at IS NOT NULL), \
-             min(dead_lettered_at), max(dead_lettered_at) FROM dead_letters",
-            exprs.join(", ")
+             {}, min(dead_lettered_at), max(dead_lettered_at) FROM dead_letters",
+            exprs.join(", "),
+            state_counts(NOW, |p| format!("count(*) FILTER (WHERE {p})"))
         ));
         push_filter!(qb, filter, NOW, |t: DateTime<Utc>| t);
         let positions: Vec<String> = (1..=n).map(|i| i.to_string()).collect();
@@ -234,9 +265,11 @@ impl Store for PgStore {
                     count: row.try_get(n)?,
                     pending: row.try_get(n + 1)?,
                     claimed: row.try_get(n + 2)?,
-                    replayed: row.try_get(n + 3)?,
-                    first_seen: row.try_get(n + 4)?,
-                    last_seen: row.try_get(n + 5)?,
+                    uncertain: row.try_get(n + 3)?,
+                    replayed: row.try_get(n + 4)?,
+                    discarded: row.try_get(n + 5)?,
+                    first_seen: row.try_get(n + 6)?,
+                    last_seen: row.try_get(n + 7)?,
                 })
             })
             .collect::<Result<Vec<_>, sqlx::Error>>()
@@ -282,14 +315,14 @@ impl Store for PgStore {
         rows.iter()
             .map(|r| {
                 Ok(HistoryEntry {
-                    at: r.try_get(0)?,
-                    operator: r.try_get(1)?,
-                    action: r.try_get(2)?,
-                    outcome: r.try_get(3)?,
-                    detail: r.try_get(4)?,
-                    token: r.try_get(7)?,
-                    target: r.try_get(5)?,
-                    plan_id: r.try_get(6)?,
+                    at: r.try_get("at")?,
+                    operator: r.try_get("operator")?,
+                    action: r.try_get("action")?,
+                    outcome: r.try_get("outcome")?,
+                    detail: r.try_get("detail")?,
+                    token_ref: r.try_get::<Option<&str>, _>("token")?.map(token_ref),
+                    target: r.try_get("target")?,
+                    plan_id: r.try_get("plan_id")?,
                 })
             })
             .collect::<Result<_, sqlx::Error>>()
@@ -303,8 +336,10 @@ impl Store for PgStore {
             let sql = format!(
                 "INSERT INTO dead_letters (id, body, reason, attempts, headers_json, replayed_at, \
                  replay_claim_owner, replay_claim_expires_at, last_replay_error, event_id, error, \
-                 producer, schema_version, source_queue, exchange, routing_key, dead_lettered_at) \
-                 VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,COALESCE($17, now())){}",
+                 producer, schema_version, source_queue, exchange, routing_key, dead_lettered_at, \
+                 replay_attempt_at, discarded_at, discard_note) \
+                 VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,COALESCE($17, now()),\
+                 $18,$19,$20){}",
                 if skip_existing { " ON CONFLICT (id) DO NOTHING" } else { "" }
             );
             let attempts = i32::try_from(r.attempts).map_err(|_| {
@@ -331,6 +366,9 @@ impl Store for PgStore {
                 .bind(&r.exchange)
                 .bind(&r.routing_key)
                 .bind(r.dead_lettered_at)
+                .bind(r.replay_attempt_at)
+                .bind(r.discarded_at)
+                .bind(&r.discard_note)
                 .execute(&mut *tx)
                 .await;
             match res {
@@ -391,11 +429,11 @@ impl Store for PgStore {
             "WITH c AS (UPDATE dead_letters \
                  SET replay_claim_owner = $2, \
                      replay_claim_expires_at = now() + make_interval(secs => $3::float8 / 1000.0) \
-                 WHERE id = ANY($1) AND replayed_at IS NULL \
-                   AND (replay_claim_expires_at IS NULL OR replay_claim_expires_at <= now()) \
+                 WHERE id = ANY($1) AND {} \
                  RETURNING {}), \
              h AS ({}) \
              SELECT * FROM c",
+            state_predicate(State::Pending, NOW),
             whole_row_columns(),
             insert_history(4, Some("c"))
         );
@@ -410,16 +448,42 @@ impl Store for PgStore {
         whole_rows(&rows)
     }
 
-    async fn live_leases(&self, ids: &[String], token: &str) -> Result<Vec<String>> {
-        sqlx::query_scalar(
-            "SELECT id FROM dead_letters WHERE id = ANY($1) AND replay_claim_owner = $2 \
-             AND replayed_at IS NULL AND replay_claim_expires_at > now()",
-        )
+    async fn held(&self, ids: &[String], token: &str) -> Result<Vec<DeadLetter>> {
+        let rows = sqlx::query(&format!(
+            "SELECT {} FROM dead_letters WHERE id = ANY($1) AND replay_claim_owner = $2 AND {}",
+            whole_row_columns(),
+            state_predicate(State::Claimed, NOW)
+        ))
         .bind(ids)
         .bind(token)
         .fetch_all(&self.pool)
         .await
-        .map_err(db_error)
+        .map_err(db_error)?;
+        whole_rows(&rows)
+    }
+
+    async fn attempt(
+        &self,
+        ids: &[String],
+        token: &str,
+        new_token: &str,
+        outlive: Duration,
+        history: &[NewHistory],
+    ) -> Result<Vec<String>> {
+        let sql = step_sql(
+            "UPDATE dead_letters SET replay_attempt_at = now(), replay_claim_owner = $3 \
+             WHERE id = ANY($1) AND replay_claim_owner = $2 AND replayed_at IS NULL \
+               AND discarded_at IS NULL AND replay_attempt_at IS NULL \
+               AND replay_claim_expires_at > now() + make_interval(secs => $4::float8 / 1000.0) \
+             RETURNING id",
+            4,
+        );
+        let query = sqlx::query(&sql)
+            .bind(ids)
+            .bind(token)
+            .bind(new_token)
+            .bind(outlive.as_millis() as i64);
+        self.step(query, history).await
     }
 
     async fn mark_replayed(
@@ -428,25 +492,16 @@ impl Store for PgStore {
         token: &str,
         history: &[NewHistory],
     ) -> Result<Vec<String>> {
-        let sql = format!(
-            "WITH c AS (UPDATE dead_letters SET replayed_at = now(), \
-                     replay_claim_expires_at = NULL, last_replay_error = NULL \
-                 WHERE id = ANY($1) AND replay_claim_owner = $2 AND replayed_at IS NULL \
-                   AND replay_claim_expires_at > now() \
-                 RETURNING id), \
-             h AS ({}) \
-             SELECT id FROM c",
-            insert_history(3, Some("c"))
+        let sql = step_sql(
+            "UPDATE dead_letters SET replayed_at = now(), \
+                 replay_claim_expires_at = NULL, last_replay_error = NULL \
+             WHERE id = ANY($1) AND replay_claim_owner = $2 AND replayed_at IS NULL \
+               AND replay_attempt_at IS NOT NULL \
+             RETURNING id",
+            2,
         );
-        let query = sqlx::query(&sql).bind(ids).bind(token);
-        let rows = bind_history(query, history)
-            .fetch_all(&self.pool)
+        self.step(sqlx::query(&sql).bind(ids).bind(token), history)
             .await
-            .map_err(db_error)?;
-        rows.iter()
-            .map(|r| r.try_get(0))
-            .collect::<Result<_, sqlx::Error>>()
-            .map_err(db_error)
     }
 
     async fn release(
@@ -454,34 +509,60 @@ impl Store for PgStore {
         ids: &[String],
         token: &str,
         error: Option<&str>,
+        history: &[NewHistory],
     ) -> Result<Vec<String>> {
-        sqlx::query_scalar(
+        let sql = step_sql(
             "UPDATE dead_letters SET replay_claim_owner = NULL, replay_claim_expires_at = NULL, \
-                 last_replay_error = COALESCE($3, last_replay_error) \
+                 replay_attempt_at = NULL, last_replay_error = COALESCE($3, last_replay_error) \
              WHERE id = ANY($1) AND replay_claim_owner = $2 AND replayed_at IS NULL \
-               AND replay_claim_expires_at > now() \
+               AND (replay_attempt_at IS NOT NULL OR replay_claim_expires_at > now()) \
              RETURNING id",
-        )
-        .bind(ids)
-        .bind(token)
-        .bind(error)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(db_error)
+            3,
+        );
+        let query = sqlx::query(&sql).bind(ids).bind(token).bind(error);
+        self.step(query, history).await
     }
 
-    async fn note_uncertain(&self, ids: &[String], token: &str, error: &str) -> Result<()> {
-        sqlx::query(
-            "UPDATE dead_letters SET last_replay_error = $3 \
-             WHERE id = ANY($1) AND replay_claim_owner = $2 AND replayed_at IS NULL",
-        )
-        .bind(ids)
-        .bind(token)
-        .bind(error)
-        .execute(&self.pool)
-        .await
-        .map_err(db_error)?;
-        Ok(())
+    async fn settle_uncertain(
+        &self,
+        ids: &[String],
+        token: &str,
+        error: &str,
+        history: &[NewHistory],
+    ) -> Result<Vec<String>> {
+        let sql = step_sql(
+            "UPDATE dead_letters SET last_replay_error = $3, \
+                 replay_claim_expires_at = LEAST(replay_claim_expires_at, now()) \
+             WHERE id = ANY($1) AND replay_claim_owner = $2 AND replayed_at IS NULL \
+               AND replay_attempt_at IS NOT NULL \
+             RETURNING id",
+            3,
+        );
+        let query = sqlx::query(&sql).bind(ids).bind(token).bind(error);
+        self.step(query, history).await
+    }
+
+    async fn resolve(
+        &self,
+        ids: &[String],
+        delivered: bool,
+        history: &[NewHistory],
+    ) -> Result<Vec<String>> {
+        let set = if delivered {
+            "replayed_at = now(), replay_claim_expires_at = NULL"
+        } else {
+            "replay_attempt_at = NULL, replay_claim_owner = NULL, replay_claim_expires_at = NULL"
+        };
+        let sql = step_sql(
+            &format!(
+                "UPDATE dead_letters SET {set} \
+                 WHERE id = ANY($1) AND {} \
+                 RETURNING id",
+                state_predicate(State::Uncertain, NOW)
+            ),
+            1,
+        );
+        self.step(sqlx::query(&sql).bind(ids), history).await
     }
 
     async fn append_history(&self, entries: &[NewHistory]) -> Result<()> {
@@ -497,15 +578,16 @@ impl Store for PgStore {
 
     async fn dead_lettered_since(
         &self,
-        since: DateTime<Utc>,
+        after: &(DateTime<Utc>, String),
         limit: i64,
     ) -> Result<Vec<(String, String, DateTime<Utc>)>> {
         sqlx::query_as(
             "SELECT id, eff_event_id, dead_lettered_at FROM dead_letters \
-             WHERE dead_lettered_at >= $1 AND eff_event_id IS NOT NULL \
-             ORDER BY dead_lettered_at LIMIT $2",
+             WHERE (dead_lettered_at, id) > ($1, $2) AND eff_event_id IS NOT NULL \
+             ORDER BY dead_lettered_at, id LIMIT $3",
         )
-        .bind(since)
+        .bind(after.0)
+        .bind(&after.1)
         .bind(limit)
         .fetch_all(&self.pool)
         .await

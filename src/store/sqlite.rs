@@ -5,13 +5,14 @@
 //! ID sets are bound as one JSON array (`json_each`), so a batch needs one parameter.
 
 use super::{
-    db_error, dimension_expr, migration_error, newly_applied, push_filter, summary_columns,
-    ImportReport, NewDeadLetter, PlanCandidate, Store, StoreOptions,
+    db_error, decode_state, dimension_expr, migration_error, newly_applied, push_filter,
+    state_counts, state_predicate, summary_columns, ImportReport, NewDeadLetter, PlanCandidate,
+    Store, StoreOptions,
 };
 use crate::error::{DlqError, Result};
 use crate::model::{
-    sha256_hex, DeadLetter, Dimension, Filter, Group, GroupKey, HistoryEntry, NewHistory, State,
-    Summary,
+    sha256_hex, token_operator, token_ref, DeadLetter, Dimension, Filter, Group, GroupKey,
+    HistoryEntry, NewHistory, State, Summary,
 };
 use crate::secret::SecretUrl;
 use async_trait::async_trait;
@@ -44,34 +45,39 @@ fn from_ms(ms: i64) -> DateTime<Utc> {
     DateTime::from_timestamp_millis(ms).unwrap_or_default()
 }
 
-fn opt_time(row: &SqliteRow, i: usize) -> std::result::Result<Option<DateTime<Utc>>, sqlx::Error> {
-    Ok(row.try_get::<Option<i64>, _>(i)?.map(from_ms))
-}
-
 fn ids_json(ids: &[String]) -> String {
     serde_json::to_string(ids).unwrap_or_else(|_| "[]".into())
 }
 
 const IN_IDS: &str = "id IN (SELECT value FROM json_each(?1))";
 
+fn opt_time(row: &SqliteRow, col: &str) -> std::result::Result<Option<DateTime<Utc>>, sqlx::Error> {
+    Ok(row.try_get::<Option<i64>, _>(col)?.map(from_ms))
+}
+
 fn summary(row: &SqliteRow) -> std::result::Result<Summary, sqlx::Error> {
     Ok(Summary {
-        id: row.try_get(0)?,
-        reason: row.try_get(1)?,
-        attempts: row.try_get(2)?,
-        replayed_at: opt_time(row, 3)?,
-        replay_claim_owner: row.try_get(4)?,
-        replay_claim_expires_at: opt_time(row, 5)?,
-        last_replay_error: row.try_get(6)?,
-        event_id: row.try_get(7)?,
-        error: row.try_get(8)?,
-        producer: row.try_get(9)?,
-        schema_version: row.try_get(10)?,
-        source_queue: row.try_get(11)?,
-        exchange: row.try_get(12)?,
-        routing_key: row.try_get(13)?,
-        dead_lettered_at: from_ms(row.try_get(14)?),
-        state: State::parse(row.try_get::<&str, _>(15)?),
+        id: row.try_get("id")?,
+        reason: row.try_get("reason")?,
+        attempts: row.try_get("attempts")?,
+        replayed_at: opt_time(row, "replayed_at")?,
+        replay_claim_owner: row
+            .try_get::<Option<&str>, _>("replay_claim_owner")?
+            .map(|t| token_operator(t).to_string()),
+        replay_claim_expires_at: opt_time(row, "replay_claim_expires_at")?,
+        last_replay_error: row.try_get("last_replay_error")?,
+        event_id: row.try_get("eff_event_id")?,
+        error: row.try_get("error")?,
+        producer: row.try_get("eff_producer")?,
+        schema_version: row.try_get("eff_schema_version")?,
+        source_queue: row.try_get("source_queue")?,
+        exchange: row.try_get("exchange")?,
+        routing_key: row.try_get("routing_key")?,
+        dead_lettered_at: from_ms(row.try_get("dead_lettered_at")?),
+        replay_attempt_at: opt_time(row, "replay_attempt_at")?,
+        discarded_at: opt_time(row, "discarded_at")?,
+        discard_note: row.try_get("discard_note")?,
+        state: decode_state(row.try_get("state")?)?,
     })
 }
 
@@ -80,7 +86,9 @@ impl SqliteStore {
         let mut options = SqliteConnectOptions::from_str(url.expose())
             .map_err(|e| DlqError::usage(format!("invalid SQLite URL {url}: {e}")))?
             .create_if_missing(opts.create)
-            .synchronous(SqliteSynchronous::Normal)
+            // FULL: a committed mark survives a power loss (NORMAL in WAL mode may undo
+            // the last commits), so `replayed` never reverts to a state that replays again.
+            .synchronous(SqliteSynchronous::Full)
             .busy_timeout(opts.busy_timeout);
         if opts.create {
             // WAL is a property of the database file: `dlq migrate` sets it once, for
@@ -123,14 +131,37 @@ impl SqliteStore {
             .map_err(self.err())
     }
 
-    pub fn pool(&self) -> &SqlitePool {
-        &self.pool
+    /// A protocol step: `query` (an UPDATE ... RETURNING id) and the history entries of
+    /// the rows it changed, in one write transaction.
+    async fn step<'q>(
+        &self,
+        query: sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments<'q>>,
+        history: &[NewHistory],
+    ) -> Result<Vec<String>> {
+        let mut tx = self.begin_write().await?;
+        let changed: Vec<String> = query
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(self.err())?
+            .iter()
+            .map(|r| r.try_get("id"))
+            .collect::<std::result::Result<_, sqlx::Error>>()
+            .map_err(self.err())?;
+        let ids: HashSet<&str> = changed.iter().map(String::as_str).collect();
+        insert_history(&mut tx, &only_for(history, &ids))
+            .await
+            .map_err(self.err())?;
+        tx.commit().await.map_err(self.err())?;
+        Ok(changed)
     }
 }
 
 /// The columns of a whole row, as [`whole_rows`] reads them (also a RETURNING list).
 fn whole_row_columns() -> String {
-    format!("{}, headers_json, body, {NOW_MS}", summary_columns(NOW_MS))
+    format!(
+        "{}, headers_json, body, {NOW_MS} AS db_now",
+        summary_columns(NOW_MS)
+    )
 }
 
 fn whole_rows(rows: &[SqliteRow]) -> std::result::Result<Vec<DeadLetter>, sqlx::Error> {
@@ -138,9 +169,9 @@ fn whole_rows(rows: &[SqliteRow]) -> std::result::Result<Vec<DeadLetter>, sqlx::
         .map(|row| {
             Ok(DeadLetter {
                 summary: summary(row)?,
-                headers_json: row.try_get(16)?,
-                body: row.try_get(17)?,
-                db_now: from_ms(row.try_get(18)?),
+                headers_json: row.try_get("headers_json")?,
+                body: row.try_get("body")?,
+                db_now: from_ms(row.try_get("db_now")?),
             })
         })
         .collect()
@@ -253,11 +284,11 @@ impl Store for SqliteStore {
         let n = dims.len();
         let mut qb = QueryBuilder::new(format!(
             "SELECT {}, count(*), \
-             sum(replayed_at IS NULL AND (replay_claim_expires_at IS NULL OR replay_claim_expires_at <= {NOW_MS})), \
-             sum(replayed_at IS NULL AND replay_claim_expires_at > {NOW_MS}), \
-             sum(replayed_at IS NOT NULL), \
-             min(dead_lettered_at), max(dead_lettered_at) FROM dead_letters",
-            exprs.join(", ")
+             {}, min(dead_lettered_at), max(dead_lettered_at) FROM dead_letters",
+            exprs.join(", "),
+            state_counts(NOW_MS, |p| format!(
+                "total(CASE WHEN {p} THEN 1 ELSE 0 END)"
+            ))
         ));
         push_filter!(qb, filter, NOW_MS, to_ms);
         let positions: Vec<String> = (1..=n).map(|i| i.to_string()).collect();
@@ -287,11 +318,13 @@ impl Store for SqliteStore {
                 Ok(Group {
                     keys,
                     count: row.try_get(n)?,
-                    pending: row.try_get(n + 1)?,
-                    claimed: row.try_get(n + 2)?,
-                    replayed: row.try_get(n + 3)?,
-                    first_seen: from_ms(row.try_get(n + 4)?),
-                    last_seen: from_ms(row.try_get(n + 5)?),
+                    pending: row.try_get::<f64, _>(n + 1)? as i64,
+                    claimed: row.try_get::<f64, _>(n + 2)? as i64,
+                    uncertain: row.try_get::<f64, _>(n + 3)? as i64,
+                    replayed: row.try_get::<f64, _>(n + 4)? as i64,
+                    discarded: row.try_get::<f64, _>(n + 5)? as i64,
+                    first_seen: from_ms(row.try_get(n + 6)?),
+                    last_seen: from_ms(row.try_get(n + 7)?),
                 })
             })
             .collect::<Result<Vec<_>, sqlx::Error>>()
@@ -337,14 +370,14 @@ impl Store for SqliteStore {
         rows.iter()
             .map(|r| {
                 Ok(HistoryEntry {
-                    at: from_ms(r.try_get(0)?),
-                    operator: r.try_get(1)?,
-                    action: r.try_get(2)?,
-                    outcome: r.try_get(3)?,
-                    detail: r.try_get(4)?,
-                    token: r.try_get(7)?,
-                    target: r.try_get(5)?,
-                    plan_id: r.try_get(6)?,
+                    at: from_ms(r.try_get("at")?),
+                    operator: r.try_get("operator")?,
+                    action: r.try_get("action")?,
+                    outcome: r.try_get("outcome")?,
+                    detail: r.try_get("detail")?,
+                    token_ref: r.try_get::<Option<&str>, _>("token")?.map(token_ref),
+                    target: r.try_get("target")?,
+                    plan_id: r.try_get("plan_id")?,
                 })
             })
             .collect::<Result<_, sqlx::Error>>()
@@ -357,8 +390,10 @@ impl Store for SqliteStore {
         let sql = format!(
             "INSERT {} INTO dead_letters (id, body, reason, attempts, headers_json, replayed_at, \
              replay_claim_owner, replay_claim_expires_at, last_replay_error, event_id, error, \
-             producer, schema_version, source_queue, exchange, routing_key, dead_lettered_at) \
-             VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,COALESCE(?17, {NOW_MS}))",
+             producer, schema_version, source_queue, exchange, routing_key, dead_lettered_at, \
+             replay_attempt_at, discarded_at, discard_note) \
+             VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,COALESCE(?17, {NOW_MS}), \
+             ?18,?19,?20)",
             if skip_existing { "OR IGNORE" } else { "" }
         );
         for r in rows {
@@ -380,6 +415,9 @@ impl Store for SqliteStore {
                 .bind(&r.exchange)
                 .bind(&r.routing_key)
                 .bind(r.dead_lettered_at.map(to_ms))
+                .bind(r.replay_attempt_at.map(to_ms))
+                .bind(r.discarded_at.map(to_ms))
+                .bind(&r.discard_note)
                 .execute(&mut *tx)
                 .await;
             match res {
@@ -442,9 +480,9 @@ impl Store for SqliteStore {
         let rows = sqlx::query(&format!(
             "UPDATE dead_letters SET replay_claim_owner = ?2, \
                  replay_claim_expires_at = {NOW_MS} + ?3 \
-             WHERE {IN_IDS} AND replayed_at IS NULL \
-               AND (replay_claim_expires_at IS NULL OR replay_claim_expires_at <= {NOW_MS}) \
+             WHERE {IN_IDS} AND {} \
              RETURNING {}",
+            state_predicate(State::Pending, NOW_MS),
             whole_row_columns()
         ))
         .bind(ids_json(ids))
@@ -462,16 +500,41 @@ impl Store for SqliteStore {
         Ok(claimed)
     }
 
-    async fn live_leases(&self, ids: &[String], token: &str) -> Result<Vec<String>> {
-        sqlx::query_scalar(&format!(
-            "SELECT id FROM dead_letters WHERE {IN_IDS} AND replay_claim_owner = ?2 \
-             AND replayed_at IS NULL AND replay_claim_expires_at > {NOW_MS}"
+    async fn held(&self, ids: &[String], token: &str) -> Result<Vec<DeadLetter>> {
+        let rows = sqlx::query(&format!(
+            "SELECT {} FROM dead_letters WHERE {IN_IDS} AND replay_claim_owner = ?2 AND {}",
+            whole_row_columns(),
+            state_predicate(State::Claimed, NOW_MS)
         ))
         .bind(ids_json(ids))
         .bind(token)
         .fetch_all(&self.pool)
         .await
-        .map_err(self.err())
+        .map_err(self.err())?;
+        whole_rows(&rows).map_err(self.err())
+    }
+
+    async fn attempt(
+        &self,
+        ids: &[String],
+        token: &str,
+        new_token: &str,
+        outlive: Duration,
+        history: &[NewHistory],
+    ) -> Result<Vec<String>> {
+        let sql = format!(
+            "UPDATE dead_letters SET replay_attempt_at = {NOW_MS}, replay_claim_owner = ?3 \
+             WHERE {IN_IDS} AND replay_claim_owner = ?2 AND replayed_at IS NULL \
+               AND discarded_at IS NULL AND replay_attempt_at IS NULL \
+               AND replay_claim_expires_at > {NOW_MS} + ?4 \
+             RETURNING id"
+        );
+        let query = sqlx::query(&sql)
+            .bind(ids_json(ids))
+            .bind(token.to_string())
+            .bind(new_token.to_string())
+            .bind(outlive.as_millis() as i64);
+        self.step(query, history).await
     }
 
     async fn mark_replayed(
@@ -480,25 +543,17 @@ impl Store for SqliteStore {
         token: &str,
         history: &[NewHistory],
     ) -> Result<Vec<String>> {
-        let mut tx = self.begin_write().await?;
-        let marked: Vec<String> = sqlx::query_scalar(&format!(
+        let sql = format!(
             "UPDATE dead_letters SET replayed_at = {NOW_MS}, replay_claim_expires_at = NULL, \
                  last_replay_error = NULL \
              WHERE {IN_IDS} AND replay_claim_owner = ?2 AND replayed_at IS NULL \
-               AND replay_claim_expires_at > {NOW_MS} \
+               AND replay_attempt_at IS NOT NULL \
              RETURNING id"
-        ))
-        .bind(ids_json(ids))
-        .bind(token)
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(self.err())?;
-        let ids: HashSet<&str> = marked.iter().map(String::as_str).collect();
-        insert_history(&mut tx, &only_for(history, &ids))
-            .await
-            .map_err(self.err())?;
-        tx.commit().await.map_err(self.err())?;
-        Ok(marked)
+        );
+        let query = sqlx::query(&sql)
+            .bind(ids_json(ids))
+            .bind(token.to_string());
+        self.step(query, history).await
     }
 
     async fn release(
@@ -506,34 +561,63 @@ impl Store for SqliteStore {
         ids: &[String],
         token: &str,
         error: Option<&str>,
+        history: &[NewHistory],
     ) -> Result<Vec<String>> {
-        sqlx::query_scalar(&format!(
+        let sql = format!(
             "UPDATE dead_letters SET replay_claim_owner = NULL, replay_claim_expires_at = NULL, \
-                 last_replay_error = COALESCE(?3, last_replay_error) \
+                 replay_attempt_at = NULL, last_replay_error = COALESCE(?3, last_replay_error) \
              WHERE {IN_IDS} AND replay_claim_owner = ?2 AND replayed_at IS NULL \
-               AND replay_claim_expires_at > {NOW_MS} \
+               AND (replay_attempt_at IS NOT NULL OR replay_claim_expires_at > {NOW_MS}) \
              RETURNING id"
-        ))
-        .bind(ids_json(ids))
-        .bind(token)
-        .bind(error)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(self.err())
+        );
+        let query = sqlx::query(&sql)
+            .bind(ids_json(ids))
+            .bind(token.to_string())
+            .bind(error.map(str::to_string));
+        self.step(query, history).await
     }
 
-    async fn note_uncertain(&self, ids: &[String], token: &str, error: &str) -> Result<()> {
-        sqlx::query(&format!(
-            "UPDATE dead_letters SET last_replay_error = ?3 \
-             WHERE {IN_IDS} AND replay_claim_owner = ?2 AND replayed_at IS NULL"
-        ))
-        .bind(ids_json(ids))
-        .bind(token)
-        .bind(error)
-        .execute(&self.pool)
-        .await
-        .map_err(self.err())?;
-        Ok(())
+    async fn settle_uncertain(
+        &self,
+        ids: &[String],
+        token: &str,
+        error: &str,
+        history: &[NewHistory],
+    ) -> Result<Vec<String>> {
+        let sql = format!(
+            "UPDATE dead_letters SET last_replay_error = ?3, \
+                 replay_claim_expires_at = min(COALESCE(replay_claim_expires_at, {NOW_MS}), {NOW_MS}) \
+             WHERE {IN_IDS} AND replay_claim_owner = ?2 AND replayed_at IS NULL \
+               AND replay_attempt_at IS NOT NULL \
+             RETURNING id"
+        );
+        let query = sqlx::query(&sql)
+            .bind(ids_json(ids))
+            .bind(token.to_string())
+            .bind(error.to_string());
+        self.step(query, history).await
+    }
+
+    async fn resolve(
+        &self,
+        ids: &[String],
+        delivered: bool,
+        history: &[NewHistory],
+    ) -> Result<Vec<String>> {
+        let set = if delivered {
+            format!("replayed_at = {NOW_MS}, replay_claim_expires_at = NULL")
+        } else {
+            "replay_attempt_at = NULL, replay_claim_owner = NULL, replay_claim_expires_at = NULL"
+                .to_string()
+        };
+        let sql = format!(
+            "UPDATE dead_letters SET {set} \
+             WHERE {IN_IDS} AND {} \
+             RETURNING id",
+            state_predicate(State::Uncertain, NOW_MS)
+        );
+        self.step(sqlx::query(&sql).bind(ids_json(ids)), history)
+            .await
     }
 
     async fn append_history(&self, entries: &[NewHistory]) -> Result<()> {
@@ -548,15 +632,16 @@ impl Store for SqliteStore {
 
     async fn dead_lettered_since(
         &self,
-        since: DateTime<Utc>,
+        after: &(DateTime<Utc>, String),
         limit: i64,
     ) -> Result<Vec<(String, String, DateTime<Utc>)>> {
         let rows: Vec<(String, String, i64)> = sqlx::query_as(
             "SELECT id, eff_event_id, dead_lettered_at FROM dead_letters \
-             WHERE dead_lettered_at >= ?1 AND eff_event_id IS NOT NULL \
-             ORDER BY dead_lettered_at LIMIT ?2",
+             WHERE (dead_lettered_at, id) > (?1, ?2) AND eff_event_id IS NOT NULL \
+             ORDER BY dead_lettered_at, id LIMIT ?3",
         )
-        .bind(to_ms(since))
+        .bind(to_ms(after.0))
+        .bind(&after.1)
         .bind(limit)
         .fetch_all(&self.pool)
         .await
@@ -569,5 +654,26 @@ impl Store for SqliteStore {
 
     async fn close(&self) {
         self.pool.close().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn writes_are_committed_with_synchronous_full() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = SecretUrl::new(format!("sqlite://{}", dir.path().join("t.db").display()));
+        let opts = StoreOptions {
+            create: true,
+            ..StoreOptions::default()
+        };
+        let store = SqliteStore::connect(&url, &opts).await.unwrap();
+        let level: i64 = sqlx::query_scalar("PRAGMA synchronous")
+            .fetch_one(&store.pool)
+            .await
+            .unwrap();
+        assert_eq!(level, 2, "FULL: a committed mark survives a power loss");
     }
 }

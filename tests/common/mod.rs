@@ -332,11 +332,15 @@ impl Rabbit {
     }
 
     pub fn exchange(&mut self, prefix: &str) -> String {
+        self.exchange_of(prefix, lapin::ExchangeKind::Direct)
+    }
+
+    pub fn exchange_of(&mut self, prefix: &str, kind: lapin::ExchangeKind) -> String {
         let name = unique(prefix);
         self.rt
             .block_on(self.channel.exchange_declare(
                 name.as_str().into(),
-                lapin::ExchangeKind::Direct,
+                kind,
                 ExchangeDeclareOptions::default(),
                 FieldTable::default(),
             ))

@@ -1,0 +1,29 @@
+-- Replay protocol v2 (contract v2): the attempt step, and the states uncertain and
+-- discarded.
+--
+-- replay_attempt_at is set, guarded by the claim token, right before a publish starts,
+-- and cleared only by a release after a certain failure or by `dlq resolve`. A row with
+-- an attempt and no mark is `uncertain` whatever its lease does: it is never claimed
+-- again until an operator decides. No index on it: claims, attempts and marks stay HOT
+-- updates (see 20261129000002).
+ALTER TABLE dead_letters ADD COLUMN IF NOT EXISTS replay_attempt_at TIMESTAMPTZ NULL;
+ALTER TABLE dead_letters ADD COLUMN IF NOT EXISTS discarded_at TIMESTAMPTZ NULL;
+ALTER TABLE dead_letters ADD COLUMN IF NOT EXISTS discard_note TEXT NULL;
+
+-- A v1 row that still carries a claim token and no mark may have been published by a
+-- v1 run that crashed, lost its confirm or failed its mark: v1 kept no record of the
+-- publish. It becomes uncertain, for an operator to resolve, rather than look pending
+-- once its lease lapses. (Released and unclaimed rows carry no token.)
+UPDATE dead_letters
+SET replay_attempt_at = COALESCE(replay_claim_expires_at, now()),
+    last_replay_error = COALESCE(last_replay_error || ' / ', '')
+        || 'upgraded from protocol v1 with a claim held: a replay may have been published; check the consumers, then dlq resolve'
+WHERE replayed_at IS NULL AND replay_claim_owner IS NOT NULL;
+
+-- One row per database: the identity a plan is bound to.
+CREATE TABLE IF NOT EXISTS dlq_meta (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+INSERT INTO dlq_meta (key, value) VALUES ('database_id', gen_random_uuid()::text)
+ON CONFLICT (key) DO NOTHING;

@@ -1,0 +1,66 @@
+//! Asking before acting, and noticing Ctrl-C: shared by the commands that change rows.
+
+use super::Ctx;
+use dlq::error::{DlqError, Result};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// Sets the flag on SIGINT or SIGTERM; the protocol checks it before publishing.
+pub fn watch_signals() -> Arc<AtomicBool> {
+    let flag = Arc::new(AtomicBool::new(false));
+    let f = flag.clone();
+    tokio::spawn(async move {
+        #[cfg(unix)]
+        {
+            let mut term =
+                match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                    Ok(t) => t,
+                    Err(_) => return,
+                };
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        }
+        #[cfg(not(unix))]
+        let _ = tokio::signal::ctrl_c().await;
+        f.store(true, Ordering::SeqCst);
+        eprintln!("dlq: interrupted: stopping once the items in flight are settled");
+    });
+    flag
+}
+
+/// Asks on the terminal; defaults to No. On a production profile the operator must type
+/// the profile's name instead of answering y.
+pub async fn confirm(ctx: &Ctx, prompt: &str) -> Result<bool> {
+    let prompt = prompt.to_string();
+    let production = ctx.production.clone();
+    tokio::task::spawn_blocking(move || match production {
+        Some(name) => dialoguer::Input::<String>::new()
+            .with_prompt(format!(
+                "{prompt} This is the PRODUCTION profile: type its name ({name}) to go on"
+            ))
+            .allow_empty(true)
+            .interact_text()
+            .map(|typed| typed.trim() == name),
+        None => dialoguer::Confirm::new()
+            .with_prompt(prompt)
+            .default(false)
+            .interact(),
+    })
+    .await
+    .map_err(|e| DlqError::other(format!("prompt failed: {e}")))?
+    .map_err(|e| DlqError::other(format!("prompt failed: {e}")))
+}
+
+pub fn require_consent(ctx: &Ctx, yes: bool, what: &str) -> Result<bool> {
+    if yes {
+        return Ok(false);
+    }
+    if !ctx.interactive() {
+        return Err(DlqError::usage(format!(
+            "refusing to {what} without --yes: there is no terminal to ask on"
+        )));
+    }
+    Ok(true)
+}

@@ -1,0 +1,152 @@
+//! `dlq resolve`: the operator's decision on `uncertain` dead letters, after checking the
+//! consumers: `--delivered` marks them replayed, `--not-delivered` makes them `pending`
+//! again. Only rows whose lease has ended are resolved, so no replay can still be
+//! publishing one; the decision and its note go into the history.
+
+use super::filters::FilterArgs;
+use super::output::thousands;
+use super::prompt::{confirm, require_consent};
+use super::report::{emit, StepReport};
+use super::{Ctx, Format};
+use clap::Args;
+use dlq::error::{DlqError, Result};
+use dlq::model::{validate_id, NewHistory, Outcome, State};
+use dlq::plan::Plan;
+use std::collections::HashSet;
+use std::path::PathBuf;
+
+#[derive(Debug, Args)]
+pub struct ResolveArgs {
+    /// The dead-letter ID (or --plan FILE, or filters with --state uncertain)
+    #[arg(conflicts_with = "plan")]
+    pub id: Option<String>,
+    /// Resolve the uncertain items of this plan
+    #[arg(long)]
+    pub plan: Option<PathBuf>,
+    /// The consumers received it: mark it replayed
+    #[arg(
+        long,
+        required_unless_present = "not_delivered",
+        conflicts_with = "not_delivered"
+    )]
+    pub delivered: bool,
+    /// It never arrived: make it pending again (a later replay publishes it)
+    #[arg(long)]
+    pub not_delivered: bool,
+    /// Why you decided so (what you checked); kept in the history
+    #[arg(long)]
+    pub note: String,
+    /// Do not ask before resolving a selection (required when there is no terminal)
+    #[arg(short = 'y', long)]
+    pub yes: bool,
+    /// With filters: at most this many dead letters
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(i64).range(1..=1_000_000))]
+    pub limit: i64,
+    #[command(flatten)]
+    pub filters: FilterArgs,
+}
+
+pub async fn run(ctx: &Ctx, args: ResolveArgs) -> Result<u8> {
+    if args.note.trim().is_empty() {
+        return Err(DlqError::usage(
+            "--note is empty: say what you checked (it is kept in the history)",
+        ));
+    }
+    let operator = ctx.operator()?;
+    let store = ctx.store_for_writes().await?;
+    let (ids, single) = match (&args.id, &args.plan) {
+        (Some(id), _) => {
+            validate_id(id)?;
+            (vec![id.clone()], true)
+        }
+        (None, Some(path)) => (Plan::read(path)?.ids(), false),
+        (None, None) => {
+            let mut filter = args.filters.resolve(store.as_ref()).await?;
+            match filter.states.as_slice() {
+                [] => filter.states = vec![State::Uncertain],
+                [State::Uncertain] => {}
+                _ => {
+                    return Err(DlqError::usage(
+                        "only uncertain dead letters can be resolved: use --state uncertain (the default here)",
+                    ))
+                }
+            }
+            let (rows, total) = store.list(&filter, args.limit).await?;
+            if (rows.len() as i64) < total {
+                return Err(DlqError::usage(format!(
+                    "the filters select {} uncertain dead letters, more than --limit {}: narrow them or raise --limit",
+                    thousands(total),
+                    args.limit
+                )));
+            }
+            (rows.into_iter().map(|r| r.id).collect(), false)
+        }
+    };
+    let decision = if args.delivered {
+        "delivered"
+    } else {
+        "not delivered"
+    };
+    if !single {
+        if ids.is_empty() {
+            eprintln!("no uncertain dead letters match; nothing to resolve");
+            return Ok(dlq::exit::OK);
+        }
+        if require_consent(ctx, args.yes, "resolve a selection")? {
+            eprintln!(
+                "About to resolve {} dead letters as {decision}: {}",
+                thousands(ids.len() as i64),
+                args.note
+            );
+            if !confirm(ctx, "Resolve them?").await? {
+                eprintln!("declined; nothing was changed");
+                return Ok(dlq::exit::NOT_DONE);
+            }
+        }
+    }
+    let detail = match args.delivered {
+        true => format!("resolved as delivered (marked replayed): {}", args.note),
+        false => format!("resolved as not delivered (pending again): {}", args.note),
+    };
+    let mut worst: Option<Outcome> = None;
+    for chunk in ids.chunks(1000) {
+        let entries: Vec<NewHistory> = chunk
+            .iter()
+            .map(|id| {
+                StepReport::new(id, Outcome::Resolved, detail.clone())
+                    .history(&operator, "resolve", None)
+            })
+            .collect();
+        let resolved: HashSet<String> = store
+            .resolve(chunk, args.delivered, &entries)
+            .await?
+            .into_iter()
+            .collect();
+        for id in chunk {
+            let report = if resolved.contains(id) {
+                StepReport::new(id, Outcome::Resolved, detail.clone())
+            } else {
+                let r = StepReport::unavailable(
+                    store.as_ref(),
+                    id,
+                    Outcome::NotResolved,
+                    "not resolved: only an uncertain dead letter whose replay has ended can be; ",
+                )
+                .await?;
+                r.record(store.as_ref(), &operator, "resolve", None).await;
+                r
+            };
+            match (single, ctx.format) {
+                (false, Format::Json) => ctx.out.json_line(&report),
+                _ => {
+                    emit(ctx, &report);
+                }
+            }
+            if worst.is_none_or(|w| report.outcome.severity() > w.severity()) {
+                worst = Some(report.outcome);
+            }
+        }
+    }
+    store.close().await;
+    Ok(worst.map(|o| o.exit_code()).unwrap_or(dlq::exit::OK))
+}
