@@ -170,32 +170,21 @@ impl RunSummary {
     /// when nothing went out; otherwise its worst outcome, counting the items it did not
     /// get to as `not_replayed` (never "nothing was sent" when something was).
     pub fn exit_code(&self) -> u8 {
-        let worst = |a: Option<Outcome>, b: Outcome| match a {
-            Some(a) if a.severity() >= b.severity() => a,
-            _ => b,
-        };
-        match (&self.stopped, self.worst) {
-            (Some(StopReason::Interrupted), _) if !self.anything_out() => crate::exit::INTERRUPTED,
-            (Some(_), w) if self.done < self.total => worst(
-                w.filter(|o| *o != Outcome::Interrupted),
-                Outcome::NotReplayed,
-            )
-            .exit_code(),
-            (_, Some(Outcome::Interrupted)) => worst(None, Outcome::NotReplayed)
-                .exit_code()
-                .max(self.worst_settled()),
-            (_, w) => w.map(|o| o.exit_code()).unwrap_or(crate::exit::OK),
+        let seen = |o: Outcome| self.counts.get(o.as_str()).is_some_and(|n| *n > 0);
+        let interrupted =
+            self.stopped == Some(StopReason::Interrupted) || seen(Outcome::Interrupted);
+        if interrupted && !self.anything_out() {
+            return crate::exit::INTERRUPTED;
         }
-    }
-
-    fn worst_settled(&self) -> u8 {
-        self.counts
-            .keys()
-            .filter_map(|k| crate::model::Outcome::parse(k))
-            .filter(|o| *o != Outcome::Interrupted)
-            .max_by_key(|o| o.severity())
-            .map(|o| o.exit_code())
-            .unwrap_or(crate::exit::OK)
+        let mut worst = Outcome::ALL
+            .into_iter()
+            .filter(|o| *o != Outcome::Interrupted && seen(*o))
+            .max_by_key(|o| o.severity());
+        let cut_short = interrupted || (self.stopped.is_some() && self.done < self.total);
+        if cut_short && worst.is_none_or(|w| w.severity() < Outcome::NotReplayed.severity()) {
+            worst = Some(Outcome::NotReplayed);
+        }
+        worst.map(|o| o.exit_code()).unwrap_or(crate::exit::OK)
     }
 }
 
@@ -466,5 +455,60 @@ impl NewDeadLetters {
                 return Ok(None);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn summary(
+        stopped: Option<StopReason>,
+        done: usize,
+        counts: &[(Outcome, usize)],
+    ) -> RunSummary {
+        RunSummary {
+            plan_id: "p".into(),
+            total: 10,
+            done,
+            counts: counts
+                .iter()
+                .map(|(o, n)| (o.as_str().to_string(), *n))
+                .collect(),
+            stopped,
+            stop_detail: None,
+            worst: None,
+        }
+    }
+
+    #[test]
+    fn exit_codes_of_a_run() {
+        use Outcome::*;
+        let int = Some(StopReason::Interrupted);
+        assert_eq!(summary(None, 10, &[(Replayed, 10)]).exit_code(), 0);
+        assert_eq!(
+            summary(int.clone(), 3, &[(Interrupted, 3)]).exit_code(),
+            130
+        );
+        assert_eq!(summary(None, 10, &[(Interrupted, 10)]).exit_code(), 130);
+        // Something went out: never 130.
+        assert_eq!(summary(int.clone(), 5, &[(Replayed, 5)]).exit_code(), 3);
+        assert_eq!(
+            summary(int.clone(), 6, &[(Replayed, 5), (Interrupted, 1)]).exit_code(),
+            3
+        );
+        assert_eq!(
+            summary(int, 6, &[(Replayed, 4), (Uncertain, 1), (Interrupted, 1)]).exit_code(),
+            6
+        );
+        let max = Some(StopReason::MaxFailures);
+        assert_eq!(
+            summary(max, 4, &[(PublishFailed, 3), (Replayed, 1)]).exit_code(),
+            5
+        );
+        assert_eq!(
+            summary(None, 10, &[(Replayed, 9), (NotFound, 1)]).exit_code(),
+            4
+        );
     }
 }

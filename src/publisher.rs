@@ -187,6 +187,9 @@ impl Pacer {
     }
 }
 
+/// This connection's turn to have a batch in the broker; others wait until it is dropped.
+pub type Turn = tokio::sync::OwnedMutexGuard<()>;
+
 /// Why there is no connection to publish on.
 pub enum NoConnection {
     Failed(String),
@@ -236,7 +239,7 @@ impl Broker {
 
     /// Waits for this connection's turn to publish, if it takes turns; gives up when
     /// stopped (the caller sees the flag).
-    pub async fn turn(&self, stop: &AtomicBool) -> Option<tokio::sync::OwnedMutexGuard<()>> {
+    pub async fn turn(&self, stop: &AtomicBool) -> Option<Turn> {
         let turns = self.turns.clone()?;
         unless_stopped(stop, turns.lock_owned()).await
     }
@@ -297,14 +300,16 @@ impl Broker {
         }
     }
 
-    /// How long sending `n` items may take: their pacing, and at least a second.
-    pub fn send_budget(&self, n: usize) -> Duration {
+    /// How long sending `n` items of `bytes` in all may take: their pacing, their size
+    /// at a slow 8 MiB/s, and at least a second.
+    pub fn send_budget(&self, n: usize, bytes: usize) -> Duration {
         let paced = self
             .pacer
             .as_ref()
-            .map(|p| p.period.saturating_mul(n as u32))
+            .map(|p| p.period.saturating_mul(n.try_into().unwrap_or(u32::MAX)))
             .unwrap_or_default();
-        paced.max(Duration::from_secs(1))
+        let sized = Duration::from_secs_f64(bytes as f64 / (8.0 * 1024.0 * 1024.0));
+        paced.max(sized).max(Duration::from_secs(1))
     }
 
     /// Waits for the next publish slot, if paced.

@@ -21,7 +21,7 @@ use crate::error::Result;
 use crate::model::{sha256_hex, DeadLetter, NewHistory, Outcome, State, Summary};
 use crate::publisher::{
     replay_headers, to_field_table, Broker, NoConnection, OutgoingMessage, PublishResult, Sent,
-    Target,
+    Target, Turn,
 };
 use crate::store::{is_transient, Store};
 use chrono::{DateTime, Utc};
@@ -158,11 +158,12 @@ pub async fn replay(
     let mut batch = Batch::new(items, opts);
     batch.claim(store).await?;
     batch.check(store).await;
-    let sent = batch.attempt_and_send(store, broker, stop).await;
+    let (sent, turn) = batch.attempt_and_send(store, broker, stop).await;
     let results = match broker.publisher() {
         Some(p) if !sent.is_empty() => p.settle(sent, stop).await,
         _ => Vec::new(),
     };
+    drop(turn);
     batch.settle(store, results, stop).await;
     batch.record(store).await;
     Ok(batch.into_reports())
@@ -322,19 +323,20 @@ impl<'a> Batch<'a> {
 
     /// 2 and 3. Connect, wait for this connection's turn, then chunk by chunk: record the
     ///    attempt (swapping the token) and publish what it allowed, paced, never past the
-    ///    time the attempt's lease check covered. Returns what was handed to the broker.
+    ///    time the attempt's lease check covered. Returns what was handed to the broker,
+    ///    and the turn, held until its confirms are in.
     async fn attempt_and_send(
         &mut self,
         store: &dyn Store,
         broker: &mut Broker,
         stop: &AtomicBool,
-    ) -> Vec<Sent> {
+    ) -> (Vec<Sent>, Option<Turn>) {
         let mut ready = std::mem::take(&mut self.ready);
         if ready.is_empty() {
-            return Vec::new();
+            return (Vec::new(), None);
         }
         let connected = broker.connect(stop).await;
-        let _turn = match connected {
+        let turn = match connected {
             Ok(()) => broker.turn(stop).await,
             Err(_) => None,
         };
@@ -344,7 +346,7 @@ impl<'a> Batch<'a> {
             let why = format!("{why}; nothing was published");
             self.release(store, &ids, &token, Outcome::PublishFailed, &why)
                 .await;
-            return Vec::new();
+            return (Vec::new(), None);
         }
         let mut sent = Vec::new();
         while !ready.is_empty() {
@@ -364,7 +366,7 @@ impl<'a> Batch<'a> {
                     .await;
             }
         }
-        sent
+        (sent, turn)
     }
 
     /// One chunk: its attempt, then its publishes. False when the attempt could not be
@@ -378,7 +380,8 @@ impl<'a> Batch<'a> {
         stop: &AtomicBool,
     ) -> bool {
         let (token, new) = (self.token.clone(), new_token(&self.opts.operator));
-        let budget = broker.send_budget(chunk.len());
+        let bytes = chunk.iter().map(|(id, _)| self.rows[id].body.len()).sum();
+        let budget = broker.send_budget(chunk.len(), bytes);
         let outlive = broker.confirm_timeout() + budget + LEASE_MARGIN;
         let ids: Vec<String> = chunk.iter().map(|(id, _)| id.clone()).collect();
         let entries: Vec<NewHistory> = chunk
