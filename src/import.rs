@@ -4,7 +4,7 @@
 //! all rows in one transaction. A bad line names its number and field.
 
 use crate::error::{DlqError, Result};
-use crate::model::{sha256_hex, validate_id};
+use crate::model::{sha256_hex, token_operator, validate_id};
 use crate::store::NewDeadLetter;
 use base64::Engine;
 use chrono::{DateTime, Utc};
@@ -172,7 +172,10 @@ fn parse_object(line: usize, obj: &Map<String, Value>) -> Result<NewDeadLetter> 
         attempts,
         headers_json,
         replayed_at: opt_time(line, obj, "replayed_at")?,
-        replay_claim_owner: opt_str(line, obj, "replay_claim_owner")?,
+        // Exports carry the operator only; a token is never imported, so an imported
+        // claim or attempt cannot be released or replayed by whoever knows that name.
+        replay_claim_owner: opt_str(line, obj, "replay_claim_owner")?
+            .map(|o| format!("{}:imported-{}", token_operator(&o), uuid::Uuid::new_v4())),
         replay_claim_expires_at: opt_time(line, obj, "replay_claim_expires_at")?,
         last_replay_error: opt_str(line, obj, "last_replay_error")?,
         event_id: opt_str(line, obj, "event_id")?,

@@ -145,6 +145,10 @@ pub enum StopReason {
     MaxFailures,
     CameBack,
     Interrupted,
+    /// No node of the broker answers.
+    Unreachable,
+    /// A publish did not complete.
+    Stalled,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -156,6 +160,8 @@ pub struct RunSummary {
     pub stopped: Option<StopReason>,
     pub stop_detail: Option<String>,
     pub worst: Option<Outcome>,
+    /// How many times a connection moved to another node of the cluster.
+    pub node_switches: usize,
 }
 
 impl RunSummary {
@@ -232,7 +238,7 @@ pub async fn run_plan(
     plan: &Plan,
     opts: &RunOptions,
     interrupted: &AtomicBool,
-    on_item: impl FnMut(&ItemReport),
+    on_item: impl FnMut(&ItemReport, &RunSummary),
 ) -> Result<RunSummary> {
     let started = store.now().await?;
     let shared = Mutex::new(Shared {
@@ -244,6 +250,7 @@ pub async fn run_plan(
             stopped: None,
             stop_detail: None,
             worst: None,
+            node_switches: 0,
         },
         next: 0,
         in_flight: 0,
@@ -297,7 +304,7 @@ struct Run<'a, F> {
     watch: tokio::sync::Mutex<(NewDeadLetters, HashSet<String>)>,
 }
 
-impl<F: FnMut(&ItemReport)> Run<'_, F> {
+impl<F: FnMut(&ItemReport, &RunSummary)> Run<'_, F> {
     fn stopping(&self) -> bool {
         self.stop.load(Ordering::SeqCst) || self.interrupted.load(Ordering::SeqCst)
     }
@@ -355,6 +362,18 @@ impl<F: FnMut(&ItemReport)> Run<'_, F> {
                 }
             };
             self.account(items.len(), &reports);
+            if broker.unreachable {
+                self.stop_because(
+                    StopReason::Unreachable,
+                    "no node of the broker answers; what was not sent is pending".into(),
+                );
+            }
+            if broker.stalled() {
+                self.stop_because(
+                    StopReason::Stalled,
+                    "a publish did not complete (the broker or the link stopped taking messages); stopping so that nothing queued here goes out later".into(),
+                );
+            }
             self.settled.notify_waiters();
             if self.stopping() {
                 return Ok(());
@@ -362,6 +381,15 @@ impl<F: FnMut(&ItemReport)> Run<'_, F> {
             self.came_back(&reports).await?;
         }
         Ok(())
+    }
+
+    fn stop_because(&self, why: StopReason, detail: String) {
+        let mut sh = self.lock();
+        if sh.summary.stopped.is_none() {
+            sh.summary.stopped = Some(why);
+            sh.summary.stop_detail = Some(detail);
+        }
+        self.stop.store(true, Ordering::SeqCst);
     }
 
     /// Counts the settled items and stops the run at `--max-failures`.
@@ -386,7 +414,10 @@ impl<F: FnMut(&ItemReport)> Run<'_, F> {
                 Outcome::Replayed => sh.replayed += 1,
                 _ => {}
             }
-            (sh.on_item)(r);
+            let Shared {
+                on_item, summary, ..
+            } = &mut *sh;
+            on_item(r, summary);
         }
         if let Some(max) = self.opts.max_failures {
             if sh.failures >= max && sh.summary.stopped.is_none() {
@@ -478,6 +509,7 @@ mod tests {
             stopped,
             stop_detail: None,
             worst: None,
+            node_switches: 0,
         }
     }
 

@@ -60,6 +60,9 @@ pub enum PublishResult {
     Failed(String),
     /// It may have been published.
     Uncertain(String),
+    /// The publish itself did not complete: its frames may still sit in this process's
+    /// send queue and go out later, so the row's lease must not end early.
+    Stalled(String),
 }
 
 /// A message ready to publish: body byte for byte, headers, properties.
@@ -109,7 +112,9 @@ pub struct Publisher {
     host: String,
     /// Set once a confirm went unanswered: a late ack or return on this channel could be
     /// credited to a later publish, so the channel is not used again.
-    poisoned: std::sync::atomic::AtomicBool,
+    poisoned: AtomicBool,
+    /// Set once a publish did not complete (see [`PublishResult::Stalled`]).
+    stalled: AtomicBool,
 }
 
 /// TLS material for `amqps://`, read when connecting.
@@ -152,15 +157,26 @@ impl TlsFiles {
 /// The broker side of a run: one connection, opened on first use (or early, in the
 /// background), reopened when it died or a confirm went unanswered; an optional publish
 /// rate shared with other connections; and turns taken with them.
+///
+/// With several node URLs (one cluster), it connects to the first that answers, each
+/// within the connect timeout; when the connection is lost it goes on through the next
+/// node that answers (the one after the lost one first), and says so.
 pub struct Broker {
-    url: SecretUrl,
+    urls: Arc<Vec<SecretUrl>>,
+    /// The node in use (or to try first).
+    node: usize,
+    /// How many times the run moved to another node.
+    pub switches: usize,
+    /// Set when no node answered the last time: the run stops.
+    pub unreachable: bool,
     opts: PublisherOptions,
     publisher: Option<Publisher>,
-    connecting: Option<tokio::task::JoinHandle<std::result::Result<Publisher, String>>>,
+    connecting: Option<tokio::task::JoinHandle<std::result::Result<(usize, Publisher), String>>>,
     /// Publishes at most this often (`--rate`), shared by all the brokers of a run.
     pacer: Option<Arc<Pacer>>,
     /// Held from a batch's first publish to its last confirm; see [`Broker::taking_turns`].
     turns: Option<Arc<tokio::sync::Mutex<()>>>,
+    connected_once: bool,
 }
 
 /// A publish rate shared by several connections.
@@ -215,14 +231,18 @@ pub async fn unless_stopped<T>(
 }
 
 impl Broker {
-    pub fn new(url: SecretUrl, opts: PublisherOptions, pacer: Option<Arc<Pacer>>) -> Self {
+    pub fn new(urls: Vec<SecretUrl>, opts: PublisherOptions, pacer: Option<Arc<Pacer>>) -> Self {
         Broker {
-            url,
+            urls: Arc::new(urls),
+            node: 0,
+            switches: 0,
+            unreachable: false,
             opts,
             publisher: None,
             connecting: None,
             pacer,
             turns: None,
+            connected_once: false,
         }
     }
 
@@ -248,43 +268,83 @@ impl Broker {
     /// claim is. Connecting publishes nothing.
     pub fn connect_early(&mut self) {
         if self.publisher.is_none() && self.connecting.is_none() {
-            let (url, opts) = (self.url.clone(), self.opts.clone());
-            self.connecting = Some(tokio::spawn(
-                async move { Publisher::connect(&url, opts).await },
-            ));
+            let (urls, first, opts) = (self.urls.clone(), self.node, self.opts.clone());
+            self.connecting = Some(tokio::spawn(async move {
+                let mut failures = Vec::new();
+                for i in (0..urls.len()).map(|k| (first + k) % urls.len()) {
+                    match Publisher::connect(&urls[i], opts.clone()).await {
+                        Ok(p) => return Ok((i, p)),
+                        Err(why) => failures.push(why),
+                    }
+                }
+                Err(match failures.len() {
+                    1 => failures.remove(0),
+                    n => format!(
+                        "no node of the cluster answers ({n} tried): {}",
+                        failures.join("; ")
+                    ),
+                })
+            }));
         }
     }
 
-    /// A usable connection, opening a new one if needed.
+    /// A usable connection, opening a new one if needed (on the next node after one that
+    /// was lost).
     pub async fn connect(&mut self, stop: &AtomicBool) -> std::result::Result<(), NoConnection> {
         if self.publisher.as_ref().is_some_and(|p| !p.is_usable()) {
             if let Some(p) = self.publisher.take() {
+                if !p.is_connected() {
+                    self.node = (self.node + 1) % self.urls.len();
+                }
                 p.close().await;
             }
         }
         if self.publisher.is_some() {
             return Ok(());
         }
+        let was = self.node_name();
         self.connect_early();
         let handle = self.connecting.as_mut().expect("connect_early set it");
         let Some(joined) = unless_stopped(stop, handle).await else {
             return Err(NoConnection::Interrupted);
         };
         self.connecting = None;
-        match joined {
-            Ok(Ok(p)) => {
-                self.publisher = Some(p);
-                Ok(())
-            }
-            Ok(Err(why)) => Err(NoConnection::Failed(why)),
-            Err(e) => Err(NoConnection::Failed(format!(
-                "connecting to RabbitMQ failed: {e}"
-            ))),
+        let joined = joined.unwrap_or_else(|e| Err(format!("connecting to RabbitMQ failed: {e}")));
+        self.unreachable = joined.is_err();
+        let (node, p) = joined.map_err(NoConnection::Failed)?;
+        if self.urls.len() > 1 && (node != self.node || self.connected_once) {
+            self.switches += usize::from(self.connected_once);
+            tracing::warn!(
+                "connected to node {} (of {}){}",
+                p.host,
+                self.urls.len(),
+                if self.connected_once {
+                    format!("; the connection to {was} was lost")
+                } else {
+                    String::new()
+                }
+            );
         }
+        self.node = node;
+        self.connected_once = true;
+        self.publisher = Some(p);
+        Ok(())
+    }
+
+    fn node_name(&self) -> String {
+        parse_amqp_url(&self.urls[self.node])
+            .map(|u| host_of(&u))
+            .unwrap_or_else(|_| "(invalid URL)".into())
     }
 
     pub fn publisher(&self) -> Option<&Publisher> {
         self.publisher.as_ref()
+    }
+
+    /// Whether a publish did not complete: the broker or the link stopped taking
+    /// messages, and what this process queued may still go out.
+    pub fn stalled(&self) -> bool {
+        self.publisher.as_ref().is_some_and(|p| p.stalled())
     }
 
     pub fn confirm_timeout(&self) -> Duration {
@@ -478,6 +538,7 @@ impl Publisher {
             opts,
             host,
             poisoned: Default::default(),
+            stalled: Default::default(),
         })
     }
 
@@ -522,15 +583,21 @@ impl Publisher {
             &msg.body,
             msg.properties(),
         );
-        sent(match timeout(self.opts.confirm_timeout, publish).await {
+        let result = timeout(self.opts.confirm_timeout, publish).await;
+        if !matches!(result, Ok(Ok(_))) {
+            // Frames of this publish may still be queued: never use this connection again.
+            self.poisoned.store(true, Ordering::SeqCst);
+            self.stalled.store(true, Ordering::SeqCst);
+        }
+        sent(match result {
             Ok(Ok(c)) => Ok(Box::pin(c)),
-            Ok(Err(e)) => Err(PublishResult::Uncertain(format!(
+            Ok(Err(e)) => Err(PublishResult::Stalled(format!(
                 "the connection to {} failed while publishing ({}); the broker may have the message",
                 self.host,
                 scrub(&e.to_string())
             ))),
-            Err(_) => Err(PublishResult::Uncertain(format!(
-                "publishing to {} did not complete within {}; the broker may have the message",
+            Err(_) => Err(PublishResult::Stalled(format!(
+                "publishing to {} did not complete within {}; the broker may have the message, and it may still go out while this run lasts",
                 self.host,
                 humantime::format_duration(self.opts.confirm_timeout)
             ))),
@@ -660,6 +727,16 @@ impl Publisher {
                 target.exchange
             )),
         }
+    }
+
+    /// Whether a publish on this connection did not complete.
+    pub fn stalled(&self) -> bool {
+        self.stalled.load(Ordering::SeqCst)
+    }
+
+    /// Whether the connection itself is still up (its node answers).
+    pub fn is_connected(&self) -> bool {
+        self.conn.status().connected()
     }
 
     /// False once the connection or channel is gone, or a confirm went unanswered (a

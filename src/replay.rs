@@ -20,8 +20,8 @@
 use crate::error::Result;
 use crate::model::{sha256_hex, DeadLetter, NewHistory, Outcome, State, Summary};
 use crate::publisher::{
-    replay_headers, to_field_table, Broker, NoConnection, OutgoingMessage, PublishResult, Sent,
-    Target, Turn,
+    replay_headers, to_field_table, unless_stopped, Broker, NoConnection, OutgoingMessage,
+    PublishResult, Sent, Target, Turn,
 };
 use crate::store::{is_transient, Store};
 use chrono::{DateTime, Utc};
@@ -139,6 +139,12 @@ pub fn why_unavailable(row: &Summary, now: DateTime<Utc>) -> String {
         }
         State::Pending => "nobody holds a claim on it".into(),
     }
+}
+
+/// What kind of publish result, for settling.
+enum Kind {
+    Stalled,
+    Other,
 }
 
 /// Room between a send and the end of its lease beyond the confirm wait, for the time
@@ -278,6 +284,8 @@ impl<'a> Batch<'a> {
                         }
                         _ => why,
                     };
+                    // A replay still in flight holds a live lease (another live claim: 3);
+                    // once its lease has ended an open attempt is uncertain (6).
                     let outcome = match row.state {
                         State::Uncertain => Outcome::Uncertain,
                         _ => Outcome::NotReplayed,
@@ -430,7 +438,10 @@ impl<'a> Batch<'a> {
                 unsent.push(id);
                 continue;
             }
-            broker.pace().await;
+            if unless_stopped(stop, broker.pace()).await.is_none() {
+                unsent.push(id);
+                continue;
+            }
             let row = &self.rows[&id];
             sent.push(
                 publisher
@@ -473,6 +484,10 @@ impl<'a> Batch<'a> {
         self.mark(store, &confirmed, stop).await;
         for (id, result) in results {
             let token = self.attempt_tokens[&id].clone();
+            let result_kind = match result {
+                PublishResult::Stalled(_) => Kind::Stalled,
+                _ => Kind::Other,
+            };
             match result {
                 PublishResult::Confirmed => {}
                 PublishResult::Failed(why) => {
@@ -485,13 +500,16 @@ impl<'a> Batch<'a> {
                     )
                     .await
                 }
-                PublishResult::Uncertain(why) => {
+                PublishResult::Uncertain(why) | PublishResult::Stalled(why) => {
+                    let in_flight = matches!(result_kind, Kind::Stalled);
                     let event = self.rows[&id].summary.event_id.clone();
                     let why = format!(
-                        "{why}; check the consumers' receipts for event {}, then `dlq resolve {id} --delivered|--not-delivered`",
-                        event.as_deref().unwrap_or("(unknown)")
+                        "{why}; check the consumers' receipts for event {}, then `dlq resolve {id} --delivered|--not-delivered`{}",
+                        event.as_deref().unwrap_or("(unknown)"),
+                        if in_flight { " once its lease has ended" } else { "" }
                     );
-                    self.uncertain(store, &[id], &token, &why, stop).await;
+                    self.uncertain(store, &[id], &token, &why, !in_flight, stop)
+                        .await;
                 }
             }
         }
@@ -519,13 +537,28 @@ impl<'a> Batch<'a> {
                 store.mark_replayed(&ids, &token, &entries)
             })
             .await;
-            let (marked, cause): (HashSet<String>, String) = match result {
+            let (mut marked, cause): (HashSet<String>, String) = match result {
                 Ok(m) => (
                     m.into_iter().collect(),
                     "the row is no longer held by this replay".into(),
                 ),
                 Err(e) => (HashSet::new(), e.to_string()),
             };
+            // A mark whose reply was lost and was retried finds the row already marked.
+            let unmarked: Vec<String> = ids
+                .iter()
+                .filter(|i| !marked.contains(*i))
+                .cloned()
+                .collect();
+            if !unmarked.is_empty() {
+                if let Ok(rows) = store.summaries(&unmarked).await {
+                    marked.extend(
+                        rows.into_iter()
+                            .filter(|r| r.state == State::Replayed)
+                            .map(|r| r.id),
+                    );
+                }
+            }
             tracing::debug!("marked {} of {} replayed", marked.len(), ids.len());
             for id in ids {
                 if marked.contains(&id) {
@@ -536,7 +569,7 @@ impl<'a> Batch<'a> {
                 let why = format!(
                     "published and confirmed by the broker, but the mark could not be written ({cause}): it WAS published; `dlq resolve {id} --delivered`"
                 );
-                self.uncertain(store, std::slice::from_ref(&id), &token, &why, stop)
+                self.uncertain(store, std::slice::from_ref(&id), &token, &why, true, stop)
                     .await;
             }
         }
@@ -579,13 +612,15 @@ impl<'a> Batch<'a> {
         }
     }
 
-    /// 6. Keep the attempt, end the lease, say what is unknown.
+    /// 6. Keep the attempt, end the lease (unless the message may still be on its way
+    ///    out of this process), say what is unknown.
     async fn uncertain(
         &mut self,
         store: &dyn Store,
         ids: &[String],
         token: &str,
         why: &str,
+        end_lease: bool,
         stop: &AtomicBool,
     ) {
         let entries: Vec<NewHistory> = ids
@@ -597,7 +632,7 @@ impl<'a> Batch<'a> {
             })
             .collect();
         let noted = retrying(self.lease_end, stop, || {
-            store.settle_uncertain(ids, token, why, &entries)
+            store.settle_uncertain(ids, token, why, end_lease, &entries)
         })
         .await;
         if let Err(e) = noted {

@@ -228,7 +228,7 @@ fn a_plan_listing_an_id_twice_is_refused_and_replay_publishes_an_id_once() {
             tls: Default::default(),
         };
         let amqp = dlq::secret::SecretUrl::new("amqp://guest:guest@127.0.0.1:5672/%2f");
-        let mut broker = dlq::publisher::Broker::new(amqp, opts, None);
+        let mut broker = dlq::publisher::Broker::new(vec![amqp], opts, None);
         let item = dlq::replay::Item {
             id: "t0000".into(),
             expected_sha256: None,

@@ -242,7 +242,7 @@ async fn check(h: &Harness, ops: Vec<Op>) -> Result<(), TestCaseError> {
                     .release(&ids, &token, Some("model"), &[])
                     .await
                     .unwrap();
-                let expect = model.holds(&token) && (model.attempt || model.lease_live());
+                let expect = model.holds(&token) && model.lease_live();
                 if expect {
                     // The protocol releases an attempted row only when its publish
                     // certainly failed: that attempt published nothing.
@@ -259,7 +259,7 @@ async fn check(h: &Harness, ops: Vec<Op>) -> Result<(), TestCaseError> {
                 let token = pick(&tokens, actor, stale);
                 let got = h
                     .store
-                    .settle_uncertain(&ids, &token, "model", &[])
+                    .settle_uncertain(&ids, &token, "model", true, &[])
                     .await
                     .unwrap();
                 let expect = model.holds(&token) && model.attempt;

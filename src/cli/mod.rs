@@ -69,16 +69,18 @@ pub struct GlobalOpts {
         conflicts_with = "database_url"
     )]
     pub database_url_file: Option<std::path::PathBuf>,
-    /// RabbitMQ URL: amqp://USER:PASSWORD@HOST:PORT/VHOST
+    /// RabbitMQ URL: amqp://USER:PASSWORD@HOST:PORT/VHOST; repeat it (or separate with
+    /// commas) for the nodes of one cluster, tried in order
     #[arg(
         long,
         global = true,
         env = "DLQ_AMQP_URL",
         hide_env_values = true,
+        value_delimiter = ',',
         default_value = "amqp://guest:guest@127.0.0.1:5672/%2f"
     )]
-    pub amqp_url: String,
-    /// Read the AMQP URL from this file
+    pub amqp_url: Vec<String>,
+    /// Read the AMQP URL(s) from this file (one per line, or separated by commas)
     #[arg(
         long,
         global = true,
@@ -216,19 +218,33 @@ impl Ctx {
         }
     }
 
-    pub fn amqp_url(&self) -> Result<SecretUrl> {
-        let raw = match &self.global.amqp_url_file {
-            Some(p) => read_url_file(p, "AMQP URL")?,
+    /// The broker's node URLs, in the order to try them: one for a single broker,
+    /// several for the nodes of one cluster.
+    pub fn amqp_urls(&self) -> Result<Vec<SecretUrl>> {
+        let raw: Vec<String> = match &self.global.amqp_url_file {
+            Some(p) => read_url_file(p, "AMQP URL")?
+                .split([',', '\n'])
+                .map(|u| u.trim().to_string())
+                .collect(),
             None => self.global.amqp_url.clone(),
         };
-        let url = SecretUrl::new(raw);
-        dlq::publisher::validate_amqp_url(&url)?;
-        if self.global.require_tls && url.scheme() != "amqps" {
-            return Err(DlqError::usage(format!(
-                "--require-tls: the AMQP URL {url} is not amqps://"
-            )));
+        let urls: Vec<SecretUrl> = raw
+            .into_iter()
+            .filter(|u| !u.trim().is_empty())
+            .map(SecretUrl::new)
+            .collect();
+        if urls.is_empty() {
+            return Err(DlqError::usage("no AMQP URL given"));
         }
-        Ok(url)
+        for url in &urls {
+            dlq::publisher::validate_amqp_url(url)?;
+            if self.global.require_tls && url.scheme() != "amqps" {
+                return Err(DlqError::usage(format!(
+                    "--require-tls: the AMQP URL {url} is not amqps://"
+                )));
+            }
+        }
+        Ok(urls)
     }
 
     pub fn store_options(&self) -> StoreOptions {
@@ -317,9 +333,13 @@ fn require_tls_database(url: &SecretUrl) -> Result<()> {
 }
 
 /// A password typed into a flag shows in `ps` for every user of the machine.
-fn warn_if_password_in_flag(flag: &str, env: &str, value: &str) {
+fn warn_if_password_in_flag(flag: &str, env: &str, values: &[String]) {
     let typed = std::env::args().any(|a| a == flag || a.starts_with(&format!("{flag}=")));
-    if typed && SecretUrl::new(value).has_password() {
+    if typed
+        && values
+            .iter()
+            .any(|v| SecretUrl::new(v.clone()).has_password())
+    {
         eprintln!(
             "dlq: warning: a password given in {flag} is visible to other users of this machine; prefer {env} or {flag}-file"
         );
@@ -407,12 +427,14 @@ pub fn main() -> u8 {
     };
     // Register the passwords of the configured URLs before anything can print them.
     let _ = SecretUrl::new(cli.global.database_url.clone());
-    let _ = SecretUrl::new(cli.global.amqp_url.clone());
+    for url in &cli.global.amqp_url {
+        let _ = SecretUrl::new(url.clone());
+    }
     warn_if_password_in_flag("--amqp-url", "DLQ_AMQP_URL", &cli.global.amqp_url);
     warn_if_password_in_flag(
         "--database-url",
         "DLQ_DATABASE_URL",
-        &cli.global.database_url,
+        std::slice::from_ref(&cli.global.database_url),
     );
     init_logging(cli.global.verbose);
     let format = cli

@@ -97,7 +97,7 @@ pub fn apply(cli: &mut Cli, matches: &ArgMatches) -> Result<Option<String>> {
         if let Some(f) = profile.amqp_url_file {
             g.amqp_url_file = Some(f);
         } else if let Some(u) = profile.amqp_url {
-            g.amqp_url = u;
+            g.amqp_url = u.split(',').map(|s| s.trim().to_string()).collect();
         }
     }
     if !explicit(matches, "operator") {

@@ -120,7 +120,7 @@ pub async fn run(ctx: &Ctx, args: ReplayArgs) -> Result<u8> {
         }
     }
     let operator = ctx.operator()?;
-    let amqp = ctx.amqp_url()?;
+    let amqp = ctx.amqp_urls()?;
     let opts = ReplayOptions {
         operator: operator.clone(),
         lease: args.lease,
@@ -147,7 +147,7 @@ async fn single(
     args: &ReplayArgs,
     id: &str,
     opts: ReplayOptions,
-    amqp: dlq::secret::SecretUrl,
+    amqp: Vec<dlq::secret::SecretUrl>,
     publisher_opts: PublisherOptions,
 ) -> Result<u8> {
     validate_id(id)?;
@@ -243,7 +243,7 @@ async fn group(
     args: &ReplayArgs,
     path: &std::path::Path,
     mut opts: ReplayOptions,
-    amqp: dlq::secret::SecretUrl,
+    amqp: Vec<dlq::secret::SecretUrl>,
     publisher_opts: PublisherOptions,
 ) -> Result<u8> {
     let plan = Plan::read(path)?;
@@ -293,11 +293,14 @@ async fn group(
         &plan,
         &run_opts,
         &interrupted,
-        |r| match &progress {
+        |r, summary| match &progress {
             Some(pb) => {
                 *counts.entry(r.outcome).or_default() += 1;
-                let per_outcome: Vec<String> =
+                let mut per_outcome: Vec<String> =
                     counts.iter().map(|(o, n)| format!("{o} {n}")).collect();
+                if summary.node_switches > 0 {
+                    per_outcome.push(format!("node switches {}", summary.node_switches));
+                }
                 pb.set_message(per_outcome.join(", "));
                 pb.inc(1);
                 if r.outcome != Outcome::Replayed {

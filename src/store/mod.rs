@@ -154,9 +154,11 @@ pub trait Store: Send + Sync {
         token: &str,
         history: &[NewHistory],
     ) -> Result<Vec<String>>;
-    /// Protocol step 5: where `token` holds the row (an open attempt, or a live lease),
-    /// clears lease and attempt and records `error`: the row is `pending` again. Only
-    /// after a certain failure, or before any publish. Returns the IDs released.
+    /// Protocol step 5: where `token` holds the row with a live lease, clears lease and
+    /// attempt and records `error`: the row is `pending` again. Only after a certain
+    /// failure, or before any publish. A token whose lease has ended can never clear an
+    /// attempt (the row is `uncertain`: only `resolve` settles it). Returns the IDs
+    /// released.
     async fn release(
         &self,
         ids: &[String],
@@ -165,12 +167,14 @@ pub trait Store: Send + Sync {
         history: &[NewHistory],
     ) -> Result<Vec<String>>;
     /// Protocol step 6: the publish of these attempted rows was not settled. Keeps the
-    /// attempt (the row stays `uncertain`), ends the lease now and records `error`.
+    /// attempt (the row stays `uncertain`), records `error` and, with `end_lease`, ends
+    /// the lease now (else it runs out: the message may still be on its way).
     async fn settle_uncertain(
         &self,
         ids: &[String],
         token: &str,
         error: &str,
+        end_lease: bool,
         history: &[NewHistory],
     ) -> Result<Vec<String>>;
     /// Protocol step 7: an operator's decision on `uncertain` rows (an attempt whose

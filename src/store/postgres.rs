@@ -450,7 +450,8 @@ impl Store for PgStore {
 
     async fn held(&self, ids: &[String], token: &str) -> Result<Vec<DeadLetter>> {
         let rows = sqlx::query(&format!(
-            "SELECT {} FROM dead_letters WHERE id = ANY($1) AND replay_claim_owner = $2 AND {}",
+            "SELECT {} FROM dead_letters WHERE id = ANY($1) AND replay_claim_owner = $2 \
+             AND replay_attempt_at IS NULL AND {}",
             whole_row_columns(),
             state_predicate(State::Claimed, NOW)
         ))
@@ -515,7 +516,7 @@ impl Store for PgStore {
             "UPDATE dead_letters SET replay_claim_owner = NULL, replay_claim_expires_at = NULL, \
                  replay_attempt_at = NULL, last_replay_error = COALESCE($3, last_replay_error) \
              WHERE id = ANY($1) AND replay_claim_owner = $2 AND replayed_at IS NULL \
-               AND (replay_attempt_at IS NOT NULL OR replay_claim_expires_at > now()) \
+               AND replay_claim_expires_at > now() \
              RETURNING id",
             3,
         );
@@ -528,17 +529,24 @@ impl Store for PgStore {
         ids: &[String],
         token: &str,
         error: &str,
+        end_lease: bool,
         history: &[NewHistory],
     ) -> Result<Vec<String>> {
         let sql = step_sql(
             "UPDATE dead_letters SET last_replay_error = $3, \
-                 replay_claim_expires_at = LEAST(replay_claim_expires_at, now()) \
+                 replay_claim_expires_at = CASE WHEN $4 \
+                     THEN LEAST(replay_claim_expires_at, now()) \
+                     ELSE replay_claim_expires_at END \
              WHERE id = ANY($1) AND replay_claim_owner = $2 AND replayed_at IS NULL \
                AND replay_attempt_at IS NOT NULL \
              RETURNING id",
-            3,
+            4,
         );
-        let query = sqlx::query(&sql).bind(ids).bind(token).bind(error);
+        let query = sqlx::query(&sql)
+            .bind(ids)
+            .bind(token)
+            .bind(error)
+            .bind(end_lease);
         self.step(query, history).await
     }
 

@@ -502,7 +502,8 @@ impl Store for SqliteStore {
 
     async fn held(&self, ids: &[String], token: &str) -> Result<Vec<DeadLetter>> {
         let rows = sqlx::query(&format!(
-            "SELECT {} FROM dead_letters WHERE {IN_IDS} AND replay_claim_owner = ?2 AND {}",
+            "SELECT {} FROM dead_letters WHERE {IN_IDS} AND replay_claim_owner = ?2 \
+             AND replay_attempt_at IS NULL AND {}",
             whole_row_columns(),
             state_predicate(State::Claimed, NOW_MS)
         ))
@@ -567,7 +568,7 @@ impl Store for SqliteStore {
             "UPDATE dead_letters SET replay_claim_owner = NULL, replay_claim_expires_at = NULL, \
                  replay_attempt_at = NULL, last_replay_error = COALESCE(?3, last_replay_error) \
              WHERE {IN_IDS} AND replay_claim_owner = ?2 AND replayed_at IS NULL \
-               AND (replay_attempt_at IS NOT NULL OR replay_claim_expires_at > {NOW_MS}) \
+               AND replay_claim_expires_at > {NOW_MS} \
              RETURNING id"
         );
         let query = sqlx::query(&sql)
@@ -582,11 +583,14 @@ impl Store for SqliteStore {
         ids: &[String],
         token: &str,
         error: &str,
+        end_lease: bool,
         history: &[NewHistory],
     ) -> Result<Vec<String>> {
         let sql = format!(
             "UPDATE dead_letters SET last_replay_error = ?3, \
-                 replay_claim_expires_at = min(COALESCE(replay_claim_expires_at, {NOW_MS}), {NOW_MS}) \
+                 replay_claim_expires_at = CASE WHEN ?4 \
+                     THEN min(COALESCE(replay_claim_expires_at, {NOW_MS}), {NOW_MS}) \
+                     ELSE replay_claim_expires_at END \
              WHERE {IN_IDS} AND replay_claim_owner = ?2 AND replayed_at IS NULL \
                AND replay_attempt_at IS NOT NULL \
              RETURNING id"
@@ -594,7 +598,8 @@ impl Store for SqliteStore {
         let query = sqlx::query(&sql)
             .bind(ids_json(ids))
             .bind(token.to_string())
-            .bind(error.to_string());
+            .bind(error.to_string())
+            .bind(end_lease);
         self.step(query, history).await
     }
 
