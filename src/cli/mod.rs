@@ -197,6 +197,11 @@ impl Ctx {
             None => self.global.database_url.clone(),
         };
         let url = SecretUrl::new(raw);
+        if let Some(why) = url.problem() {
+            return Err(DlqError::usage(format!(
+                "invalid database URL {url}: {why}"
+            )));
+        }
         if self.global.require_tls {
             require_tls_database(&url)?;
         }
