@@ -54,22 +54,49 @@ fn ids_json(ids: &[String]) -> String {
 
 const IN_IDS: &str = "id IN (SELECT value FROM json_each(?1))";
 
+/// A text column as a worker wrote it. SQLite does not check that TEXT is UTF-8, and one
+/// invalid byte must not make a whole listing fail: invalid bytes become U+FFFD (PostgreSQL
+/// refuses them on insert).
+fn text<T: LossyText>(row: &SqliteRow, i: usize) -> std::result::Result<T, sqlx::Error> {
+    T::from_bytes(row.try_get::<Option<&[u8]>, _>(i)?, i)
+}
+
+trait LossyText: Sized {
+    fn from_bytes(b: Option<&[u8]>, i: usize) -> std::result::Result<Self, sqlx::Error>;
+}
+
+impl LossyText for Option<String> {
+    fn from_bytes(b: Option<&[u8]>, _: usize) -> std::result::Result<Self, sqlx::Error> {
+        Ok(b.map(|b| String::from_utf8_lossy(b).into_owned()))
+    }
+}
+
+impl LossyText for String {
+    fn from_bytes(b: Option<&[u8]>, i: usize) -> std::result::Result<Self, sqlx::Error> {
+        b.map(|b| String::from_utf8_lossy(b).into_owned())
+            .ok_or_else(|| sqlx::Error::ColumnDecode {
+                index: i.to_string(),
+                source: "unexpected NULL".into(),
+            })
+    }
+}
+
 fn summary(row: &SqliteRow) -> std::result::Result<Summary, sqlx::Error> {
     Ok(Summary {
-        id: row.try_get(0)?,
-        reason: row.try_get(1)?,
+        id: text(row, 0)?,
+        reason: text(row, 1)?,
         attempts: row.try_get(2)?,
         replayed_at: opt_time(row, 3)?,
-        replay_claim_owner: row.try_get(4)?,
+        replay_claim_owner: text(row, 4)?,
         replay_claim_expires_at: opt_time(row, 5)?,
-        last_replay_error: row.try_get(6)?,
-        event_id: row.try_get(7)?,
-        error: row.try_get(8)?,
-        producer: row.try_get(9)?,
-        schema_version: row.try_get(10)?,
-        source_queue: row.try_get(11)?,
-        exchange: row.try_get(12)?,
-        routing_key: row.try_get(13)?,
+        last_replay_error: text(row, 6)?,
+        event_id: text(row, 7)?,
+        error: text(row, 8)?,
+        producer: text(row, 9)?,
+        schema_version: text(row, 10)?,
+        source_queue: text(row, 11)?,
+        exchange: text(row, 12)?,
+        routing_key: text(row, 13)?,
         dead_lettered_at: from_ms(row.try_get(14)?),
         state: State::parse(row.try_get::<&str, _>(15)?),
     })
@@ -138,7 +165,7 @@ fn whole_rows(rows: &[SqliteRow]) -> std::result::Result<Vec<DeadLetter>, sqlx::
         .map(|row| {
             Ok(DeadLetter {
                 summary: summary(row)?,
-                headers_json: row.try_get(16)?,
+                headers_json: text(row, 16)?,
                 body: row.try_get(17)?,
                 db_now: from_ms(row.try_get(18)?),
             })
@@ -279,7 +306,7 @@ impl Store for SqliteStore {
                             if d.is_time() {
                                 GroupKey::Time(from_ms(row.try_get(i)?))
                             } else {
-                                GroupKey::Text(row.try_get(i)?)
+                                GroupKey::Text(text(row, i)?)
                             },
                         ))
                     })
@@ -338,13 +365,13 @@ impl Store for SqliteStore {
             .map(|r| {
                 Ok(HistoryEntry {
                     at: from_ms(r.try_get(0)?),
-                    operator: r.try_get(1)?,
-                    action: r.try_get(2)?,
-                    outcome: r.try_get(3)?,
-                    detail: r.try_get(4)?,
-                    token: r.try_get(7)?,
-                    target: r.try_get(5)?,
-                    plan_id: r.try_get(6)?,
+                    operator: text(r, 1)?,
+                    action: text(r, 2)?,
+                    outcome: text(r, 3)?,
+                    detail: text(r, 4)?,
+                    token: text(r, 7)?,
+                    target: text(r, 5)?,
+                    plan_id: text(r, 6)?,
                 })
             })
             .collect::<Result<_, sqlx::Error>>()
@@ -421,10 +448,10 @@ impl Store for SqliteStore {
         while let Some(row) = stream.try_next().await.map_err(self.err())? {
             let body: &[u8] = row.try_get(4).map_err(self.err())?;
             out.push(PlanCandidate {
-                id: row.try_get(0).map_err(self.err())?,
-                reason: row.try_get(1).map_err(self.err())?,
-                producer: row.try_get(2).map_err(self.err())?,
-                schema_version: row.try_get(3).map_err(self.err())?,
+                id: text(&row, 0).map_err(self.err())?,
+                reason: text(&row, 1).map_err(self.err())?,
+                producer: text(&row, 2).map_err(self.err())?,
+                schema_version: text(&row, 3).map_err(self.err())?,
                 sha256: sha256_hex(body),
             });
         }
