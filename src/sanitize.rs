@@ -32,9 +32,11 @@ pub fn needs_escape(c: char, keep_layout: bool) -> bool {
     match c {
         '\n' | '\t' => !keep_layout,
         '\0'..='\u{1f}' | '\u{7f}'..='\u{9f}' => true,
-        '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' => {
-            true
-        }
+        '\u{061c}'
+        | '\u{200e}'
+        | '\u{200f}'
+        | '\u{202a}'..='\u{202e}'
+        | '\u{2066}'..='\u{2069}' => true,
         '\u{2028}' | '\u{2029}' => true,
         _ => false,
     }
@@ -99,10 +101,7 @@ mod tests {
     #[test]
     fn escape_sequences_are_shown_not_run() {
         let hostile = "{\"x\":\"\u{1b}]0;pwned\u{7}\u{1b}[2J\"}";
-        assert_eq!(
-            line(hostile),
-            "{\"x\":\"\\u{1b}]0;pwned\\u{7}\\u{1b}[2J\"}"
-        );
+        assert_eq!(line(hostile), "{\"x\":\"\\u{1b}]0;pwned\\u{7}\\u{1b}[2J\"}");
         assert_eq!(line("a\rb"), "a\\rb");
         assert_eq!(block("a\rb\nc\td"), "a\\rb\nc\td");
         assert_eq!(line("a\nb\tc\0"), "a\\nb\\tc\\0");
@@ -113,7 +112,8 @@ mod tests {
 
     #[test]
     fn ordinary_text_is_borrowed_unchanged() {
-        for s in ["", "plain", "Grüße, 日本語, emoji 👨‍👩‍👧", "back\\slash \"q\""] {
+        for s in ["", "plain", "Grüße, 日本語, emoji 👨‍👩‍👧", "back\\slash \"q\""]
+        {
             assert!(matches!(line(s), Cow::Borrowed(_)), "{s}");
             assert_eq!(line(s), s);
         }

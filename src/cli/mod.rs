@@ -215,8 +215,7 @@ pub fn warn_if_readable_by_others(path: &std::path::Path) {
 /// `s` as one shell word, quoted when it needs to be.
 fn shell_word(s: &str) -> String {
     if !s.is_empty()
-        && s
-            .chars()
+        && s.chars()
             .all(|c| c.is_ascii_alphanumeric() || "/._-+:,@%".contains(c))
     {
         s.to_string()
@@ -434,8 +433,10 @@ impl<'w> tracing_subscriber::fmt::FormatFields<'w> for SanitizedFields {
         fields: R,
     ) -> std::fmt::Result {
         let mut buf = String::new();
-        tracing_subscriber::fmt::format::DefaultFields::new()
-            .format_fields(tracing_subscriber::fmt::format::Writer::new(&mut buf), fields)?;
+        tracing_subscriber::fmt::format::DefaultFields::new().format_fields(
+            tracing_subscriber::fmt::format::Writer::new(&mut buf),
+            fields,
+        )?;
         writer.write_str(&dlq::sanitize::block(&buf))
     }
 }

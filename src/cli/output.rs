@@ -173,7 +173,8 @@ pub async fn stdout_closed() {
         use tokio::io::{unix::AsyncFd, Interest};
         // SAFETY: fd 1 is open for the whole life of the process and always refers to the
         // same file description: dlq never closes, replaces or duplicates onto it.
-        let registered = unsafe { AsyncFd::register_with_interest(std::io::stdout(), Interest::ERROR) };
+        let registered =
+            unsafe { AsyncFd::register_with_interest(std::io::stdout(), Interest::ERROR) };
         // A pipe's write end reports an error condition once no reader is left (a
         // terminal or a file cannot be registered, or never does).
         if let Ok(fd) = registered {
