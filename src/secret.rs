@@ -112,10 +112,14 @@ impl SecretUrl {
             register(secret);
         }
         let problem = parts.problem();
-        // Without `//` only SQLite's `sqlite:FILE` is a URL; anything else is shown as at
-        // most its scheme and host.
+        // Without `//` only SQLite's `sqlite:FILE` is a URL; anything else, and anything
+        // with a stray `@` after its host (a password the cut cannot see whole), is shown
+        // as at most its scheme and host.
         let shown = match (&problem, parts.scheme) {
-            (None, Some(s)) if parts.slashes || s.eq_ignore_ascii_case("sqlite") => {
+            (None, Some(s))
+                if (parts.slashes || s.eq_ignore_ascii_case("sqlite"))
+                    && parts.stray_at_password().is_none() =>
+            {
                 parts.redacted()
             }
             _ => parts.scheme_and_host(),
@@ -246,14 +250,15 @@ impl<'a> Parts<'a> {
         Some(base + f + 1..base + tail.len())
     }
 
-    /// Ranges of `raw` holding the values of query parameters named like a password.
+    /// Ranges of `raw` holding the values of query parameters named like a password. The
+    /// query is cut at `&`, and also at `;` and `?`, which only ever masks more.
     fn secret_params(&self) -> Vec<std::ops::Range<usize>> {
         let Some(q) = self.query() else {
             return Vec::new();
         };
         let mut out = Vec::new();
         let mut pos = q.start;
-        for pair in self.raw[q.clone()].split('&') {
+        for pair in self.raw[q.clone()].split(['&', ';', '?']) {
             if let Some(eq) = pair.find('=') {
                 let key = percent_decode(&pair[..eq]).to_ascii_lowercase();
                 if key.contains("pass") {
@@ -382,9 +387,9 @@ impl<'a> Parts<'a> {
         let (host, _) = self.host_and_port();
         let host_is_known = !self.at_after_host()
             && !host.is_empty()
-            && host
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | ':' | '[' | ']'));
+            && host.chars().all(|c| {
+                c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | ':' | '[' | ']')
+            });
         if host_is_known {
             format!("{scheme}://{host}/…")
         } else {
@@ -473,7 +478,8 @@ mod tests {
 
     #[test]
     fn a_parsed_url_is_shown_without_any_password() {
-        let u = SecretUrl::new("postgres://root@127.0.0.1:5432/db?password=Sekr1tG&sslmode=require");
+        let u =
+            SecretUrl::new("postgres://root@127.0.0.1:5432/db?password=Sekr1tG&sslmode=require");
         assert_eq!(u.problem(), None);
         assert_eq!(
             u.to_string(),
@@ -486,7 +492,10 @@ mod tests {
         assert_eq!(u.to_string(), "amqp://guest:***@[::1]:5672/%2f");
         assert_eq!(u.scheme(), "amqp");
         let u = SecretUrl::new("sqlite://dlq.db");
-        assert_eq!((u.problem(), u.to_string().as_str()), (None, "sqlite://dlq.db"));
+        assert_eq!(
+            (u.problem(), u.to_string().as_str()),
+            (None, "sqlite://dlq.db")
+        );
         assert!(!u.has_password());
         let u = SecretUrl::new("sqlite:dlq.db?mode=rwc");
         assert_eq!((u.problem(), u.scheme()), (None, "sqlite"));
