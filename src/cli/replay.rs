@@ -284,9 +284,10 @@ async fn single(
 fn emit_item(ctx: &Ctx, r: &ItemReport) -> u8 {
     match ctx.format {
         Format::Json => ctx.out.json(r),
-        _ => ctx
-            .out
-            .text(&format!("{}: {} ({})\n", r.id, r.outcome, r.detail)),
+        _ => ctx.out.text(&format!(
+            "{}\n",
+            dlq::sanitize::line(&format!("{}: {} ({})", r.id, r.outcome, r.detail))
+        )),
     }
     r.outcome.exit_code()
 }
