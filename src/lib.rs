@@ -12,6 +12,7 @@ pub mod model;
 pub mod plan;
 pub mod publisher;
 pub mod replay;
+pub mod sanitize;
 pub mod secret;
 pub mod store;
 pub mod timeparse;

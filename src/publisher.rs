@@ -397,6 +397,11 @@ impl Broker {
 /// explanation.
 pub fn parse_amqp_url(url: &SecretUrl) -> Result<AMQPUri> {
     let bad = |why: String| DlqError::usage(format!("invalid AMQP URL {url}: {why}"));
+    if let Some(why) = url.problem() {
+        return Err(bad(format!(
+            "{why}; expected amqp://USER:PASSWORD@HOST:PORT/VHOST"
+        )));
+    }
     let u = url::Url::parse(url.expose()).map_err(|e| {
         bad(format!(
             "{e}; expected amqp://USER:PASSWORD@HOST:PORT/VHOST"

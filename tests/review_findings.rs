@@ -177,8 +177,9 @@ fn review_imported_uncertain_row_is_released_by_the_operator_name() {
     );
 }
 
-/// Finding 3 (d). Contract: errors "never contain a password: not in a URL that failed to
-/// parse, not in a `password=` query parameter, not with a `/`, `@`, `#` or `?` inside it".
+/// Finding 5. A mark whose COMMIT succeeded but whose reply was lost is retried; the retry
+/// finds the row already replayed and returns no ID. It was reported `uncertain`
+/// although the row is `replayed`; now the row is read back.
 #[test]
 fn review_lost_mark_reply_reports_a_replayed_row_as_uncertain() {
     use dlq::store::Store;
@@ -548,4 +549,37 @@ fn review_publish_timeout_keeps_the_message_queued_after_the_lease_is_ended() {
         out.status.code(),
         String::from_utf8_lossy(&out.stderr)
     );
+}
+/// Finding 4 (d). Contract: errors "never contain a password: not in a URL that failed to
+/// parse, not in a `password=` query parameter, not with a `/`, `@`, `#` or `?` inside it".
+#[test]
+fn review_passwords_with_a_slash_or_in_the_query_are_printed() {
+    const PW: &str = "Canary9x";
+    let db = TestDb::migrated(Backend::Sqlite);
+    let cases: Vec<(&str, String)> = vec![
+        (
+            "database",
+            format!("postgres://postgres:pw/{PW}@127.0.0.1:5432/x"),
+        ),
+        (
+            "database",
+            format!("postgres://postgres@127.0.0.1:5432/x?sslmode=bogus&password={PW}"),
+        ),
+        ("amqp", format!("amqp://guest:pw/{PW}@127.0.0.1:5672/%2f")),
+        (
+            "amqp",
+            format!("amqp://guest@127.0.0.1:5672/%2f?password={PW}"),
+        ),
+    ];
+    let mut leaks = Vec::new();
+    for (kind, url) in &cases {
+        let r = match *kind {
+            "database" => db.dlq_env(&["list"], &[("DLQ_DATABASE_URL", url)]),
+            _ => db.dlq_env(&["replay", "x", "--yes"], &[("DLQ_AMQP_URL", url)]),
+        };
+        if r.all().contains(PW) {
+            leaks.push(format!("{kind} {url}: {}", r.all().trim()));
+        }
+    }
+    assert!(leaks.is_empty(), "password printed:\n{}", leaks.join("\n"));
 }

@@ -121,6 +121,7 @@ pub async fn run(ctx: &Ctx, args: AggregateArgs) -> Result<u8> {
                 })
                 .collect();
             ctx.out.table(header, rows);
+            ctx.out.check()?;
             if groups.is_empty() {
                 eprintln!("no dead letters match");
             }

@@ -61,7 +61,13 @@ pub async fn run(ctx: &Ctx, args: ClaimArgs) -> Result<u8> {
     if args.token_only {
         match &report.token {
             Some(t) => ctx.out.text(&format!("{t}\n")),
-            None => eprintln!("dlq: {}: {} ({})", report.id, report.outcome, report.detail),
+            None => eprintln!(
+                "{}",
+                dlq::sanitize::line(&format!(
+                    "dlq: {}: {} ({})",
+                    report.id, report.outcome, report.detail
+                ))
+            ),
         }
         return Ok(report.outcome.exit_code());
     }

@@ -52,7 +52,7 @@ pub fn run(ctx: &Ctx, args: CompletionsArgs) -> Result<u8> {
         clap_complete::Shell::Fish => text.push_str(FISH_IDS),
         _ => {}
     }
-    ctx.out.text(&text);
+    ctx.out.generated(&text);
     Ok(dlq::exit::OK)
 }
 
@@ -66,7 +66,7 @@ pub async fn ids(ctx: &Ctx, args: IdsArgs) -> Result<u8> {
         };
         let (rows, _) = store.list(&filter, 200).await?;
         for r in rows.iter().filter(|r| r.id.starts_with(&args.prefix)) {
-            out.push_str(&r.id);
+            out.push_str(&dlq::sanitize::line(&r.id));
             out.push('\n');
         }
     }

@@ -31,7 +31,7 @@ pub async fn run(ctx: &Ctx, args: ListArgs) -> Result<u8> {
     let terminal = std::io::IsTerminal::is_terminal(&std::io::stdout());
     loop {
         if terminal {
-            ctx.out.text("\x1b[2J\x1b[H");
+            ctx.out.clear_screen();
             eprintln!(
                 "every {}; Ctrl-C to stop",
                 humantime::format_duration(every)
@@ -41,6 +41,10 @@ pub async fn run(ctx: &Ctx, args: ListArgs) -> Result<u8> {
         tokio::select! {
             _ = tokio::time::sleep(every) => {}
             _ = tokio::signal::ctrl_c() => break,
+            _ = super::output::stdout_closed() => {
+                ctx.out.mark_closed();
+                break;
+            }
         }
     }
     store.close().await;
@@ -84,6 +88,7 @@ async fn render(ctx: &Ctx, store: &dyn dlq::store::Store, args: &ListArgs) -> Re
             ctx.out.table(header, body);
         }
     }
+    ctx.out.check()?;
     if (rows.len() as i64) < total {
         eprintln!(
             "{} of {} shown (raise --limit or narrow the filters)",

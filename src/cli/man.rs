@@ -12,6 +12,6 @@ pub fn run(ctx: &Ctx, _args: ManArgs) -> Result<u8> {
     clap_mangen::Man::new(Cli::command())
         .render(&mut buf)
         .map_err(|e| DlqError::other(format!("cannot render the man page: {e}")))?;
-    ctx.out.text(&String::from_utf8_lossy(&buf));
+    ctx.out.generated(&String::from_utf8_lossy(&buf));
     Ok(dlq::exit::OK)
 }

@@ -62,12 +62,7 @@ pub struct GlobalOpts {
     )]
     pub database_url: String,
     /// Read the database URL from this file (keeps the password out of the process list)
-    #[arg(
-        long,
-        global = true,
-        env = "DLQ_DATABASE_URL_FILE",
-        conflicts_with = "database_url"
-    )]
+    #[arg(long, global = true, env = "DLQ_DATABASE_URL_FILE")]
     pub database_url_file: Option<std::path::PathBuf>,
     /// RabbitMQ URL: amqp://USER:PASSWORD@HOST:PORT/VHOST; repeat it (or separate with
     /// commas) for the nodes of one cluster, tried in order
@@ -81,12 +76,7 @@ pub struct GlobalOpts {
     )]
     pub amqp_url: Vec<String>,
     /// Read the AMQP URL(s) from this file (one per line, or separated by commas)
-    #[arg(
-        long,
-        global = true,
-        env = "DLQ_AMQP_URL_FILE",
-        conflicts_with = "amqp_url"
-    )]
+    #[arg(long, global = true, env = "DLQ_AMQP_URL_FILE")]
     pub amqp_url_file: Option<std::path::PathBuf>,
     /// PEM file of CAs to trust for amqps:// (default: the system's roots)
     #[arg(long, global = true, env = "DLQ_AMQP_CA_FILE")]
@@ -194,7 +184,51 @@ fn read_url_file(path: &std::path::Path, what: &str) -> Result<String> {
             path.display()
         ))
     })?;
-    Ok(text.trim().to_string())
+    let url = text.trim().to_string();
+    if SecretUrl::new(url.clone()).has_password() {
+        warn_if_readable_by_others(path);
+    }
+    Ok(url)
+}
+
+/// Warns (once per file) when `path`, which holds a password, can be read by its group or
+/// by everyone, and says how to fix it.
+pub fn warn_if_readable_by_others(path: &std::path::Path) {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        static WARNED: std::sync::Mutex<Vec<std::path::PathBuf>> =
+            std::sync::Mutex::new(Vec::new());
+        let Ok(meta) = std::fs::metadata(path) else {
+            return;
+        };
+        let mode = meta.permissions().mode() & 0o777;
+        if mode & 0o044 == 0 {
+            return;
+        }
+        let mut warned = WARNED.lock().unwrap_or_else(|e| e.into_inner());
+        if warned.iter().any(|p| p == path) {
+            return;
+        }
+        warned.push(path.to_path_buf());
+        say(&format!(
+            "dlq: warning: {} holds a password and can be read by other users (mode {mode:o}); fix it with: chmod 600 {}",
+            path.display(),
+            shell_word(&path.display().to_string())
+        ));
+    }
+}
+
+/// `s` as one shell word, quoted when it needs to be.
+fn shell_word(s: &str) -> String {
+    if !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "/._-+:,@%".contains(c))
+    {
+        s.to_string()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
 }
 
 impl Ctx {
@@ -204,6 +238,11 @@ impl Ctx {
             None => self.global.database_url.clone(),
         };
         let url = SecretUrl::new(raw);
+        if let Some(why) = url.problem() {
+            return Err(DlqError::usage(format!(
+                "invalid database URL {url}: {why}"
+            )));
+        }
         if self.global.require_tls {
             require_tls_database(&url)?;
         }
@@ -340,9 +379,90 @@ fn warn_if_password_in_flag(flag: &str, env: &str, values: &[String]) {
             .iter()
             .any(|v| SecretUrl::new(v.clone()).has_password())
     {
-        eprintln!(
+        say(&format!(
             "dlq: warning: a password given in {flag} is visible to other users of this machine; prefer {env} or {flag}-file"
-        );
+        ));
+    }
+}
+
+/// Flag over environment, for each URL and its `-file` twin: a flag typed on the command
+/// line beats both variables (`--database-url-file F` wins over `DLQ_DATABASE_URL`, and
+/// `--database-url U` over `DLQ_DATABASE_URL_FILE`); with both variables set, the file
+/// wins. Typing both flags is the one conflict.
+fn pick_url_sources(g: &mut GlobalOpts, m: &clap::ArgMatches) -> Result<()> {
+    let typed = |id: &str| m.value_source(id) == Some(clap::parser::ValueSource::CommandLine);
+    for (plain, flag) in [
+        ("database_url", "--database-url"),
+        ("amqp_url", "--amqp-url"),
+    ] {
+        match (typed(plain), typed(&format!("{plain}_file"))) {
+            (true, true) => {
+                return Err(DlqError::usage(format!(
+                    "{flag} and {flag}-file are both given: pass one of them"
+                )))
+            }
+            (true, false) if plain == "database_url" => g.database_url_file = None,
+            (true, false) => g.amqp_url_file = None,
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// One line on stderr, scrubbed of secrets and with control characters escaped. A failed
+/// write to stderr is ignored: there is nowhere left to report it.
+pub fn say(line: &str) {
+    use std::io::Write;
+    let text = dlq::sanitize::line(&scrub(line).replace('\n', " ")).into_owned();
+    let _ = writeln!(std::io::stderr().lock(), "{text}");
+}
+
+/// Prints the error as `dlq: error: ...` and returns its exit code.
+fn report(e: &DlqError) -> u8 {
+    say(&format!("dlq: error: {e}"));
+    e.exit_code()
+}
+
+/// The exit code once the command is done, given how its output went: a closed pipe ends
+/// quietly; a write that failed otherwise is an error (exit 1) unless the command already
+/// has a worse code to report.
+fn finish(out: &Out, result: Result<u8>) -> u8 {
+    if out.closed() {
+        return result.unwrap_or(dlq::exit::OK);
+    }
+    let code = match result {
+        Ok(code) => code,
+        Err(e) => return report(&e),
+    };
+    match out.check() {
+        Ok(()) => code,
+        Err(e) => {
+            report(&e);
+            if code == dlq::exit::OK {
+                dlq::exit::ERROR
+            } else {
+                code
+            }
+        }
+    }
+}
+
+/// Log fields (messages, errors, SQL) pass through the sanitizer: a log line can quote
+/// an error text or a value that came from the broker.
+struct SanitizedFields;
+
+impl<'w> tracing_subscriber::fmt::FormatFields<'w> for SanitizedFields {
+    fn format_fields<R: tracing_subscriber::field::RecordFields>(
+        &self,
+        mut writer: tracing_subscriber::fmt::format::Writer<'w>,
+        fields: R,
+    ) -> std::fmt::Result {
+        let mut buf = String::new();
+        tracing_subscriber::fmt::format::DefaultFields::new().format_fields(
+            tracing_subscriber::fmt::format::Writer::new(&mut buf),
+            fields,
+        )?;
+        writer.write_str(&dlq::sanitize::block(&buf))
     }
 }
 
@@ -369,6 +489,7 @@ fn init_logging(verbose: u8) {
         }),
     };
     let fmt = tracing_subscriber::fmt::layer()
+        .fmt_fields(SanitizedFields)
         .with_writer(ScrubbedStderr::default)
         .with_target(verbose > 1)
         .with_ansi(std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none());
@@ -403,10 +524,7 @@ impl Drop for ScrubbedStderr {
 
 pub fn main() -> u8 {
     std::panic::set_hook(Box::new(|info| {
-        eprintln!(
-            "dlq: internal error (a bug): {}",
-            scrub(&info.to_string()).replace('\n', " ")
-        );
+        say(&format!("dlq: internal error (a bug): {info}"));
     }));
     let parsed = Cli::command()
         .try_get_matches()
@@ -418,12 +536,12 @@ pub fn main() -> u8 {
             return e.exit_code().clamp(0, 255) as u8;
         }
     };
+    if let Err(e) = pick_url_sources(&mut cli.global, &matches) {
+        return report(&e);
+    }
     let production = match profile::apply(&mut cli, &matches) {
         Ok(p) => p,
-        Err(e) => {
-            eprintln!("dlq: error: {}", scrub(&e.to_string()));
-            return e.exit_code();
-        }
+        Err(e) => return report(&e),
     };
     // Register the passwords of the configured URLs before anything can print them.
     let _ = SecretUrl::new(cli.global.database_url.clone());
@@ -457,20 +575,14 @@ pub fn main() -> u8 {
     {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("dlq: error: cannot start the async runtime: {e}");
-            return dlq::exit::ERROR;
+            return report(&DlqError::other(format!(
+                "cannot start the async runtime: {e}"
+            )))
         }
     };
     let result = runtime.block_on(run(&ctx, cli.command));
     runtime.shutdown_timeout(Duration::from_secs(1));
-    match result {
-        Ok(code) => code,
-        Err(e) => {
-            let msg = scrub(&e.to_string()).replace('\n', " ");
-            eprintln!("dlq: error: {msg}");
-            e.exit_code()
-        }
-    }
+    finish(&ctx.out, result)
 }
 
 async fn run(ctx: &Ctx, command: Command) -> Result<u8> {

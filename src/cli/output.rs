@@ -1,31 +1,117 @@
 //! The only place that writes to stdout. Tables for people, JSON for scripts, Markdown
-//! for incident tickets. A closed pipe (`dlq list | head`) is not an error.
+//! for incident tickets.
+//!
+//! Human output passes through [`dlq::sanitize`]: every table cell and Markdown cell as
+//! one line, plain text as a block; JSON is written as serde encodes it (exact bytes).
+//!
+//! Every write is checked. A failed write is remembered: nothing more is written, the
+//! command sees it through [`Out::check`], and `main` turns it into one error line and
+//! exit 1. A closed pipe (`dlq list | head`) is not an error: the command ends at once and
+//! quietly; a plan run is stopped like Ctrl-C (see [`Out::stop_on_close`]).
 
 use super::Format;
 use comfy_table::{presets, ContentArrangement, Table};
+use dlq::error::{DlqError, Result};
+use dlq::sanitize;
 use serde::Serialize;
 use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// Why stdout could not be written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WriteFailure {
+    /// The reader went away (EPIPE): end quietly.
+    Closed,
+    /// Anything else (a full disk, an I/O error): an error.
+    Failed(String),
+}
 
 pub struct Out {
     format: Format,
+    failure: Mutex<Option<WriteFailure>>,
+    on_close: Mutex<Option<Arc<AtomicBool>>>,
 }
 
 impl Out {
     pub fn new(format: Format) -> Self {
-        Out { format }
+        Out {
+            format,
+            failure: Mutex::new(None),
+            on_close: Mutex::new(None),
+        }
+    }
+
+    /// The first write that failed, if any.
+    pub fn failure(&self) -> Option<WriteFailure> {
+        self.failure
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Whether the reader of stdout went away.
+    pub fn closed(&self) -> bool {
+        self.failure() == Some(WriteFailure::Closed)
+    }
+
+    /// `Err` once a write has failed, so a command stops before it says anything else.
+    pub fn check(&self) -> Result<()> {
+        match self.failure() {
+            None => Ok(()),
+            Some(WriteFailure::Closed) => Err(DlqError::other("stdout was closed")),
+            Some(WriteFailure::Failed(e)) => Err(DlqError::other(format!(
+                "cannot write the output to stdout: {e}"
+            ))),
+        }
+    }
+
+    /// Sets `flag` when the reader of stdout goes away (the interrupt flag of a run).
+    pub fn stop_on_close(&self, flag: Arc<AtomicBool>) {
+        if self.closed() {
+            flag.store(true, Ordering::SeqCst);
+        }
+        *self.on_close.lock().unwrap_or_else(|e| e.into_inner()) = Some(flag);
+    }
+
+    /// Records that the reader went away (seen by [`stdout_closed`] while idle).
+    pub fn mark_closed(&self) {
+        self.fail(WriteFailure::Closed);
+    }
+
+    fn fail(&self, why: WriteFailure) {
+        let mut f = self.failure.lock().unwrap_or_else(|e| e.into_inner());
+        if f.is_none() {
+            if why == WriteFailure::Closed {
+                if let Some(flag) = &*self.on_close.lock().unwrap_or_else(|e| e.into_inner()) {
+                    flag.store(true, Ordering::SeqCst);
+                }
+            }
+            *f = Some(why);
+        }
     }
 
     fn write(&self, text: &str) {
+        if self.failure().is_some() {
+            return;
+        }
         let mut stdout = std::io::stdout().lock();
-        let _ = stdout.write_all(text.as_bytes());
-        let _ = stdout.flush();
+        let written = stdout
+            .write_all(text.as_bytes())
+            .and_then(|()| stdout.flush());
+        if let Err(e) = written {
+            self.fail(match e.kind() {
+                std::io::ErrorKind::BrokenPipe => WriteFailure::Closed,
+                _ => WriteFailure::Failed(e.to_string()),
+            });
+        }
     }
 
     /// A whole JSON document, pretty-printed.
     pub fn json(&self, value: &impl Serialize) {
         match serde_json::to_string_pretty(value) {
             Ok(s) => self.write(&format!("{s}\n")),
-            Err(e) => eprintln!("dlq: error: cannot encode output: {e}"),
+            Err(e) => self.fail(WriteFailure::Failed(format!("cannot encode output: {e}"))),
         }
     }
 
@@ -33,30 +119,71 @@ impl Out {
     pub fn json_line(&self, value: &impl Serialize) {
         match serde_json::to_string(value) {
             Ok(s) => self.write(&format!("{s}\n")),
-            Err(e) => eprintln!("dlq: error: cannot encode output: {e}"),
+            Err(e) => self.fail(WriteFailure::Failed(format!("cannot encode output: {e}"))),
         }
     }
 
-    /// A table with a header row, as a terminal table or as Markdown.
+    /// A table with a header row, as a terminal table or as Markdown. Every cell is
+    /// shown on one line with its control characters escaped.
     pub fn table(&self, header: Vec<String>, rows: Vec<Vec<String>>) {
+        let markdown = self.format == Format::Markdown;
+        let cell = |s: String| {
+            if markdown {
+                sanitize::markdown_cell(&s)
+            } else {
+                sanitize::line(&s).into_owned()
+            }
+        };
         let mut t = Table::new();
-        if self.format == Format::Markdown {
+        if markdown {
             t.load_preset(presets::ASCII_MARKDOWN);
         } else {
             t.load_preset(presets::UTF8_FULL_CONDENSED)
                 .set_content_arrangement(ContentArrangement::Dynamic);
         }
-        t.set_header(header);
+        t.set_header(header.into_iter().map(cell).collect::<Vec<_>>());
         for r in rows {
-            t.add_row(r);
+            t.add_row(r.into_iter().map(cell).collect::<Vec<_>>());
         }
         self.write(&format!("{t}\n"));
     }
 
-    /// Plain text, as is.
+    /// Plain text for people: newlines and tabs kept, other control characters escaped.
     pub fn text(&self, text: &str) {
+        self.write(&sanitize::block(text));
+    }
+
+    /// Text `dlq` generated itself (completion scripts, the man page), written as is.
+    pub fn generated(&self, text: &str) {
         self.write(text);
     }
+
+    /// Clears the terminal (`list --watch`).
+    pub fn clear_screen(&self) {
+        self.write("\x1b[2J\x1b[H");
+    }
+}
+
+/// Resolves when the reader of stdout has gone away (a pipe whose other end closed);
+/// never when stdout is a terminal, a file, or cannot be watched. Lets an idle loop such
+/// as `list --watch` end at once instead of at its next write.
+pub async fn stdout_closed() {
+    #[cfg(unix)]
+    {
+        use tokio::io::{unix::AsyncFd, Interest};
+        // SAFETY: fd 1 is open for the whole life of the process and always refers to the
+        // same file description: dlq never closes, replaces or duplicates onto it.
+        let registered =
+            unsafe { AsyncFd::register_with_interest(std::io::stdout(), Interest::ERROR) };
+        // A pipe's write end reports an error condition once no reader is left (a
+        // terminal or a file cannot be registered, or never does).
+        if let Ok(fd) = registered {
+            if fd.ready(Interest::ERROR).await.is_ok() {
+                return;
+            }
+        }
+    }
+    std::future::pending::<()>().await
 }
 
 /// Shortens `s` to `max` characters with an ellipsis, on one line.

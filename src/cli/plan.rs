@@ -43,6 +43,7 @@ pub async fn run(ctx: &Ctx, args: PlanArgs) -> Result<u8> {
     .await?;
     store.close().await;
     ctx.out.json(&plan);
+    ctx.out.check()?;
     eprintln!(
         "plan {}: {} dead letters; review it, then `dlq replay --plan FILE`",
         plan.plan_id, plan.count

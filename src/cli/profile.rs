@@ -76,6 +76,16 @@ pub fn apply(cli: &mut Cli, matches: &ArgMatches) -> Result<Option<String>> {
             e.to_string().lines().next().unwrap_or("invalid TOML")
         ))
     })?;
+    // SecretUrl::new also registers each password, so that no error can print it.
+    let holds_password = file.profiles.values().any(|p| {
+        [&p.database_url, &p.amqp_url]
+            .into_iter()
+            .flatten()
+            .any(|u| dlq::secret::SecretUrl::new(u.clone()).has_password())
+    });
+    if holds_password {
+        super::warn_if_readable_by_others(&path);
+    }
     let profile = file.profiles.get(&name).cloned().ok_or_else(|| {
         DlqError::usage(format!(
             "no profile {name:?} in {} (profiles: {})",

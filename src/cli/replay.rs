@@ -206,12 +206,16 @@ async fn single(
     }
     if require_consent(ctx, args.yes, "replay")? {
         let preview = super::output::truncate(&String::from_utf8_lossy(&row.body), 200);
+        let line = |s: &str| dlq::sanitize::line(s).into_owned();
         eprintln!(
-            "About to replay:\n  id:        {id}\n  event id:  {}\n  reason:    {}\n  producer:  {}\n  target:    {target}\n  sha256:    {}\n  body:      {preview}",
-            row.summary.event_id.as_deref().unwrap_or("(unknown)"),
-            row.summary.reason,
-            row.summary.producer.as_deref().unwrap_or("(unknown)"),
-            row.sha256()
+            "About to replay:\n  id:        {}\n  event id:  {}\n  reason:    {}\n  producer:  {}\n  target:    {}\n  sha256:    {}\n  body:      {}",
+            line(id),
+            line(row.summary.event_id.as_deref().unwrap_or("(unknown)")),
+            line(&row.summary.reason),
+            line(row.summary.producer.as_deref().unwrap_or("(unknown)")),
+            line(&target.to_string()),
+            row.sha256(),
+            line(&preview)
         );
         if !confirm(ctx, "Replay it?").await? {
             return Ok(emit(
@@ -258,12 +262,15 @@ async fn group(
     store.check_schema().await?;
     if require_consent(ctx, args.yes, "replay")? {
         eprintln!(
-            "About to replay plan {} ({} items, made by {} at {}), filters {}",
-            plan.plan_id,
-            plan.items.len(),
-            plan.created_by,
-            super::output::time(plan.created_at),
-            serde_json::to_string(&plan.filters).unwrap_or_default()
+            "{}",
+            dlq::sanitize::line(&format!(
+                "About to replay plan {} ({} items, made by {} at {}), filters {}",
+                plan.plan_id,
+                plan.items.len(),
+                plan.created_by,
+                super::output::time(plan.created_at),
+                serde_json::to_string(&plan.filters).unwrap_or_default()
+            ))
         );
         if !confirm(ctx, "Replay this plan?").await? {
             eprintln!("declined; nothing was claimed or published");
@@ -271,6 +278,7 @@ async fn group(
         }
     }
     let interrupted = watch_signals();
+    ctx.out.stop_on_close(interrupted.clone());
     let batch = match args.rate {
         Some(r) => (args.batch_size as usize).min(r.ceil() as usize).max(1),
         None => args.batch_size as usize,
@@ -304,7 +312,10 @@ async fn group(
                 pb.set_message(per_outcome.join(", "));
                 pb.inc(1);
                 if r.outcome != Outcome::Replayed {
-                    pb.println(format!("{}: {} ({})", r.id, r.outcome, r.detail));
+                    pb.println(dlq::sanitize::line(&format!(
+                        "{}: {} ({})",
+                        r.id, r.outcome, r.detail
+                    )));
                 }
             }
             None => ctx.out.json_line(r),
@@ -338,10 +349,12 @@ async fn group(
             .out
             .json_line(&serde_json::json!({ "summary": summary })),
     }
-    if let Some(d) = &summary.stop_detail {
+    if let Some(d) = summary.stop_detail.as_ref().filter(|_| !ctx.out.closed()) {
         eprintln!(
-            "dlq: {d} ({} of {} items done)",
-            summary.done, summary.total
+            "dlq: {} ({} of {} items done)",
+            dlq::sanitize::line(d),
+            summary.done,
+            summary.total
         );
     }
     Ok(summary.exit_code())

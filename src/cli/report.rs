@@ -98,7 +98,11 @@ pub fn emit(ctx: &Ctx, r: &StepReport) -> u8 {
     match ctx.format {
         Format::Json => ctx.out.json(r),
         Format::Table | Format::Markdown => {
-            let mut s = format!("{}: {} ({})\n", r.id, r.outcome, r.detail);
+            // One line per report: a newline in the detail (it can quote stored text)
+            // must not start a line that looks like another report.
+            let line = dlq::sanitize::line(&format!("{}: {} ({})", r.id, r.outcome, r.detail))
+                .into_owned();
+            let mut s = format!("{line}\n");
             if let Some(t) = &r.token {
                 s.push_str(&format!("token:      {t}\n"));
             }
@@ -115,9 +119,10 @@ pub fn emit(ctx: &Ctx, r: &StepReport) -> u8 {
 pub fn emit_item(ctx: &Ctx, r: &ItemReport) -> u8 {
     match ctx.format {
         Format::Json => ctx.out.json(r),
-        _ => ctx
-            .out
-            .text(&format!("{}: {} ({})\n", r.id, r.outcome, r.detail)),
+        _ => ctx.out.text(&format!(
+            "{}\n",
+            dlq::sanitize::line(&format!("{}: {} ({})", r.id, r.outcome, r.detail))
+        )),
     }
     r.outcome.exit_code()
 }

@@ -6,6 +6,7 @@ use base64::Engine;
 use clap::Args;
 use dlq::error::{DlqError, Result};
 use dlq::model::{validate_id, DeadLetter, HistoryEntry, Summary};
+use dlq::sanitize::line;
 use serde::Serialize;
 
 #[derive(Debug, Args)]
@@ -54,7 +55,9 @@ pub async fn run(ctx: &Ctx, args: ShowArgs) -> Result<u8> {
 fn render(row: &DeadLetter, history: &[HistoryEntry]) -> String {
     let s = &row.summary;
     let mut out = String::new();
-    let mut kv = |k: &str, v: String| out.push_str(&format!("{k:<17} {v}\n"));
+    // Values are untrusted: each stays on its line, escaped (the body and headers below
+    // keep their newlines; `Out::text` escapes the rest).
+    let mut kv = |k: &str, v: String| out.push_str(&format!("{k:<17} {}\n", line(&v)));
     kv("id:", s.id.clone());
     kv("state:", s.state.as_str().into());
     kv("reason:", s.reason.clone());
@@ -125,13 +128,13 @@ fn render(row: &DeadLetter, history: &[HistoryEntry]) -> String {
         out.push_str(&format!(
             "  {}  {:<10} {:<8} {:<15} {}{}\n",
             time(h.at),
-            h.operator,
-            h.action,
-            h.outcome,
-            h.detail.as_deref().unwrap_or(""),
+            line(&h.operator),
+            line(&h.action),
+            line(&h.outcome),
+            line(h.detail.as_deref().unwrap_or("")),
             h.plan_id
                 .as_ref()
-                .map(|p| format!(" (plan {p})"))
+                .map(|p| format!(" (plan {})", line(p)))
                 .unwrap_or_default()
         ));
     }

@@ -55,28 +55,58 @@ fn opt_time(row: &SqliteRow, col: &str) -> std::result::Result<Option<DateTime<U
     Ok(row.try_get::<Option<i64>, _>(col)?.map(from_ms))
 }
 
+/// A text column as a worker wrote it. SQLite does not check that TEXT is UTF-8, and one
+/// invalid byte must not make a whole listing fail: invalid bytes become U+FFFD (PostgreSQL
+/// refuses them on insert).
+fn text<T, I>(row: &SqliteRow, col: I) -> std::result::Result<T, sqlx::Error>
+where
+    T: LossyText,
+    I: sqlx::ColumnIndex<SqliteRow> + std::fmt::Debug + Copy,
+{
+    T::from_bytes(row.try_get::<Option<&[u8]>, _>(col)?, &format!("{col:?}"))
+}
+
+trait LossyText: Sized {
+    fn from_bytes(b: Option<&[u8]>, col: &str) -> std::result::Result<Self, sqlx::Error>;
+}
+
+impl LossyText for Option<String> {
+    fn from_bytes(b: Option<&[u8]>, _: &str) -> std::result::Result<Self, sqlx::Error> {
+        Ok(b.map(|b| String::from_utf8_lossy(b).into_owned()))
+    }
+}
+
+impl LossyText for String {
+    fn from_bytes(b: Option<&[u8]>, col: &str) -> std::result::Result<Self, sqlx::Error> {
+        b.map(|b| String::from_utf8_lossy(b).into_owned())
+            .ok_or_else(|| sqlx::Error::ColumnDecode {
+                index: col.to_string(),
+                source: "unexpected NULL".into(),
+            })
+    }
+}
+
 fn summary(row: &SqliteRow) -> std::result::Result<Summary, sqlx::Error> {
     Ok(Summary {
-        id: row.try_get("id")?,
-        reason: row.try_get("reason")?,
+        id: text(row, "id")?,
+        reason: text(row, "reason")?,
         attempts: row.try_get("attempts")?,
         replayed_at: opt_time(row, "replayed_at")?,
-        replay_claim_owner: row
-            .try_get::<Option<&str>, _>("replay_claim_owner")?
-            .map(|t| token_operator(t).to_string()),
+        replay_claim_owner: text::<Option<String>, _>(row, "replay_claim_owner")?
+            .map(|t| token_operator(&t).to_string()),
         replay_claim_expires_at: opt_time(row, "replay_claim_expires_at")?,
-        last_replay_error: row.try_get("last_replay_error")?,
-        event_id: row.try_get("eff_event_id")?,
-        error: row.try_get("error")?,
-        producer: row.try_get("eff_producer")?,
-        schema_version: row.try_get("eff_schema_version")?,
-        source_queue: row.try_get("source_queue")?,
-        exchange: row.try_get("exchange")?,
-        routing_key: row.try_get("routing_key")?,
+        last_replay_error: text(row, "last_replay_error")?,
+        event_id: text(row, "eff_event_id")?,
+        error: text(row, "error")?,
+        producer: text(row, "eff_producer")?,
+        schema_version: text(row, "eff_schema_version")?,
+        source_queue: text(row, "source_queue")?,
+        exchange: text(row, "exchange")?,
+        routing_key: text(row, "routing_key")?,
         dead_lettered_at: from_ms(row.try_get("dead_lettered_at")?),
         replay_attempt_at: opt_time(row, "replay_attempt_at")?,
         discarded_at: opt_time(row, "discarded_at")?,
-        discard_note: row.try_get("discard_note")?,
+        discard_note: text(row, "discard_note")?,
         state: decode_state(row.try_get("state")?)?,
     })
 }
@@ -169,7 +199,7 @@ fn whole_rows(rows: &[SqliteRow]) -> std::result::Result<Vec<DeadLetter>, sqlx::
         .map(|row| {
             Ok(DeadLetter {
                 summary: summary(row)?,
-                headers_json: row.try_get("headers_json")?,
+                headers_json: text(row, "headers_json")?,
                 body: row.try_get("body")?,
                 db_now: from_ms(row.try_get("db_now")?),
             })
@@ -310,7 +340,7 @@ impl Store for SqliteStore {
                             if d.is_time() {
                                 GroupKey::Time(from_ms(row.try_get(i)?))
                             } else {
-                                GroupKey::Text(row.try_get(i)?)
+                                GroupKey::Text(text(row, i)?)
                             },
                         ))
                     })
@@ -371,13 +401,13 @@ impl Store for SqliteStore {
             .map(|r| {
                 Ok(HistoryEntry {
                     at: from_ms(r.try_get("at")?),
-                    operator: r.try_get("operator")?,
-                    action: r.try_get("action")?,
-                    outcome: r.try_get("outcome")?,
-                    detail: r.try_get("detail")?,
-                    token_ref: r.try_get::<Option<&str>, _>("token")?.map(token_ref),
-                    target: r.try_get("target")?,
-                    plan_id: r.try_get("plan_id")?,
+                    operator: text(r, "operator")?,
+                    action: text(r, "action")?,
+                    outcome: text(r, "outcome")?,
+                    detail: text(r, "detail")?,
+                    token_ref: text::<Option<String>, _>(r, "token")?.map(|t| token_ref(&t)),
+                    target: text(r, "target")?,
+                    plan_id: text(r, "plan_id")?,
                 })
             })
             .collect::<Result<_, sqlx::Error>>()
@@ -459,10 +489,10 @@ impl Store for SqliteStore {
         while let Some(row) = stream.try_next().await.map_err(self.err())? {
             let body: &[u8] = row.try_get(4).map_err(self.err())?;
             out.push(PlanCandidate {
-                id: row.try_get(0).map_err(self.err())?,
-                reason: row.try_get(1).map_err(self.err())?,
-                producer: row.try_get(2).map_err(self.err())?,
-                schema_version: row.try_get(3).map_err(self.err())?,
+                id: text(&row, 0).map_err(self.err())?,
+                reason: text(&row, 1).map_err(self.err())?,
+                producer: text(&row, 2).map_err(self.err())?,
+                schema_version: text(&row, 3).map_err(self.err())?,
                 sha256: sha256_hex(body),
             });
         }
