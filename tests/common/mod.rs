@@ -454,19 +454,28 @@ impl Drop for Rabbit {
         let ch = self.channel.clone();
         let qs = std::mem::take(&mut self.queues);
         let xs = std::mem::take(&mut self.exchanges);
+        // Bounded: lapin can wait for ever on a connection whose node went away.
+        let bounded = std::time::Duration::from_secs(5);
         self.rt.block_on(async move {
             for q in qs {
-                let _ = ch
-                    .queue_delete(q.as_str().into(), QueueDeleteOptions::default())
-                    .await;
+                let _ = tokio::time::timeout(
+                    bounded,
+                    ch.queue_delete(q.as_str().into(), QueueDeleteOptions::default()),
+                )
+                .await;
             }
             for x in xs {
-                let _ = ch
-                    .exchange_delete(x.as_str().into(), ExchangeDeleteOptions::default())
-                    .await;
+                let _ = tokio::time::timeout(
+                    bounded,
+                    ch.exchange_delete(x.as_str().into(), ExchangeDeleteOptions::default()),
+                )
+                .await;
             }
         });
-        let _ = self.rt.block_on(self.conn.close(200, "bye".into()));
+        let conn = &self.conn;
+        let _ = self.rt.block_on(async move {
+            tokio::time::timeout(bounded, conn.close(200, "bye".into())).await
+        });
     }
 }
 
