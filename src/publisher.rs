@@ -209,6 +209,61 @@ fn host_of(uri: &AMQPUri) -> String {
     }
 }
 
+/// How to open a connection to the broker (shared by the publisher and `capture`).
+#[derive(Debug, Clone)]
+pub struct ConnectOptions {
+    pub connect_timeout: Duration,
+    /// Shown in the broker's management UI.
+    pub connection_name: String,
+    pub tls: TlsFiles,
+}
+
+/// Opens one AMQP connection: the URL parsed as [`parse_amqp_url`] does, the TLS files
+/// read, every wait bounded by the connect timeout, errors in one line without the
+/// password. Returns the connection and `host:port` for messages.
+pub async fn open_connection(
+    url: &SecretUrl,
+    opts: &ConnectOptions,
+) -> std::result::Result<(Connection, String), String> {
+    let uri = parse_amqp_url(url).map_err(|e| e.to_string())?;
+    let host = host_of(&uri);
+    let tls = opts.tls.load()?;
+    let props = ConnectionProperties::default()
+        .with_connection_name(LongString::from(opts.connection_name.clone()));
+    let builder = DefaultConnectionBuilder::new()
+        .map_err(|e| format!("no async runtime for the broker connection: {e}"))?
+        .with_uri(uri)
+        .with_properties(props)
+        .with_tls_config(tls);
+    match timeout(opts.connect_timeout, builder.connect()).await {
+        Err(_) => Err(format!(
+            "timed out after {} connecting to RabbitMQ at {host} (unreachable, or the vhost does not exist)",
+            humantime::format_duration(opts.connect_timeout)
+        )),
+        Ok(Err(e)) => Err(describe_connect_error(&e, &host)),
+        Ok(Ok(c)) => Ok((c, host)),
+    }
+}
+
+/// Tries the URLs in order (the nodes of one cluster) and returns the first connection
+/// that opens, with the index of its URL; when none does, the last error.
+pub async fn open_first_connection(
+    urls: &[SecretUrl],
+    opts: &ConnectOptions,
+) -> std::result::Result<(Connection, String, usize), String> {
+    let mut last = "no AMQP URL given".to_string();
+    for (i, url) in urls.iter().enumerate() {
+        match open_connection(url, opts).await {
+            Ok((c, host)) => return Ok((c, host, i)),
+            Err(e) => {
+                tracing::debug!(error = %e, "broker node did not answer");
+                last = e;
+            }
+        }
+    }
+    Err(last)
+}
+
 impl Publisher {
     /// Connects and opens a channel in confirm mode. An error here means nothing was
     /// published: the caller treats it as a certain failure.
@@ -216,27 +271,16 @@ impl Publisher {
         url: &SecretUrl,
         opts: PublisherOptions,
     ) -> std::result::Result<Self, String> {
-        let uri = parse_amqp_url(url).map_err(|e| e.to_string())?;
-        let host = host_of(&uri);
-        let tls = opts.tls.load()?;
-        let props = ConnectionProperties::default()
-            .with_connection_name(LongString::from(opts.connection_name.clone()));
         let deadline = Instant::now() + opts.connect_timeout;
-        let builder = DefaultConnectionBuilder::new()
-            .map_err(|e| format!("no async runtime for the broker connection: {e}"))?
-            .with_uri(uri)
-            .with_properties(props)
-            .with_tls_config(tls);
-        let conn = match timeout(opts.connect_timeout, builder.connect()).await {
-            Err(_) => {
-                return Err(format!(
-                    "timed out after {} connecting to RabbitMQ at {host} (unreachable, or the vhost does not exist)",
-                    humantime::format_duration(opts.connect_timeout)
-                ))
-            }
-            Ok(Err(e)) => return Err(describe_connect_error(&e, &host)),
-            Ok(Ok(c)) => c,
-        };
+        let (conn, host) = open_connection(
+            url,
+            &ConnectOptions {
+                connect_timeout: opts.connect_timeout,
+                connection_name: opts.connection_name.clone(),
+                tls: opts.tls.clone(),
+            },
+        )
+        .await?;
         // A broker under a memory or disk alarm blocks the connection: lapin then holds
         // every frame, so say so at once instead of waiting for the timeout.
         let blocked = || {
