@@ -527,7 +527,22 @@ fn to_amqp(v: &serde_json::Value) -> AMQPValue {
             }
             AMQPValue::FieldArray(arr)
         }
-        Value::Object(m) => AMQPValue::FieldTable(to_field_table(m)),
+        Value::Object(m) => match captured_bytes(m) {
+            Some(bytes) => AMQPValue::LongString(LongString::from(bytes)),
+            None => AMQPValue::FieldTable(to_field_table(m)),
+        },
+    }
+}
+
+/// Header bytes that were not UTF-8 when `dlq capture` stored them, as
+/// `{"$bytes": "<base64>"}` (see [`crate::capture::amqp_to_json`]).
+fn captured_bytes(m: &serde_json::Map<String, serde_json::Value>) -> Option<Vec<u8>> {
+    use base64::Engine;
+    match (m.len(), m.get(crate::capture::BYTES_KEY)) {
+        (1, Some(serde_json::Value::String(b64))) => {
+            base64::engine::general_purpose::STANDARD.decode(b64).ok()
+        }
+        _ => None,
     }
 }
 

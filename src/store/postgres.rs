@@ -1,8 +1,9 @@
 //! PostgreSQL: all of its SQL. Times are `timestamptz`; the clock is `now()`.
 
 use super::{
-    db_error, dimension_expr, migration_error, newly_applied, push_filter, summary_columns,
-    ImportReport, NewDeadLetter, PlanCandidate, Store, StoreOptions,
+    db_error, dimension_expr, is_row_error, migration_error, newly_applied, push_filter,
+    summary_columns, CaptureOutcome, CapturedLetter, ImportReport, NewDeadLetter, PlanCandidate,
+    Store, StoreOptions,
 };
 use crate::error::{DlqError, Result};
 use crate::model::{
@@ -515,4 +516,123 @@ impl Store for PgStore {
     async fn close(&self) {
         self.pool.close().await;
     }
+
+    async fn capture(&self, rows: &[CapturedLetter]) -> Result<Vec<CaptureOutcome>> {
+        if rows.is_empty() {
+            sqlx::query("SELECT capture_key FROM dead_letters WHERE false")
+                .execute(&self.pool)
+                .await
+                .map_err(db_error)?;
+            return Ok(Vec::new());
+        }
+        let mut tx = begin_capture(&self.pool, rows).await?;
+        match insert_captured(&mut tx, rows).await {
+            Ok(inserted) => {
+                tx.commit().await.map_err(db_error)?;
+                Ok(rows
+                    .iter()
+                    .map(|r| {
+                        if inserted.contains(&r.row.id) {
+                            CaptureOutcome::Inserted
+                        } else {
+                            CaptureOutcome::AlreadyThere
+                        }
+                    })
+                    .collect())
+            }
+            Err(e) if is_row_error(&e, false) => {
+                // Some row is refused: again, each row behind its own savepoint, so that
+                // the batch still commits once with every row the database takes.
+                tx.rollback().await.map_err(db_error)?;
+                let mut tx = begin_capture(&self.pool, rows).await?;
+                let mut out = Vec::with_capacity(rows.len());
+                for r in rows {
+                    let mut sp = sqlx::Connection::begin(&mut *tx).await.map_err(db_error)?;
+                    match insert_captured(&mut sp, std::slice::from_ref(r)).await {
+                        Ok(ids) => {
+                            sp.commit().await.map_err(db_error)?;
+                            out.push(if ids.is_empty() {
+                                CaptureOutcome::AlreadyThere
+                            } else {
+                                CaptureOutcome::Inserted
+                            });
+                        }
+                        Err(e) if is_row_error(&e, false) => {
+                            sp.rollback().await.map_err(db_error)?;
+                            out.push(CaptureOutcome::Refused(db_error(e).to_string()));
+                        }
+                        Err(e) => return Err(db_error(e)),
+                    }
+                }
+                tx.commit().await.map_err(db_error)?;
+                Ok(out)
+            }
+            Err(e) => Err(db_error(e)),
+        }
+    }
+}
+
+/// A capture transaction. With a redelivered row in the batch it first takes a lock that
+/// waits for every other writer's open transaction to end and keeps new ones out until
+/// this one commits: a capture whose broker connection died while its commit was in
+/// flight has then committed (or not) before this one looks for the key.
+async fn begin_capture<'c>(
+    pool: &'c PgPool,
+    rows: &[CapturedLetter],
+) -> Result<sqlx::Transaction<'c, sqlx::Postgres>> {
+    let mut tx = pool.begin().await.map_err(db_error)?;
+    if rows.iter().any(|r| r.redelivered) {
+        sqlx::query("LOCK TABLE dead_letters IN SHARE ROW EXCLUSIVE MODE")
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?;
+    }
+    Ok(tx)
+}
+
+/// One INSERT of the whole batch, each column bound as one array. A redelivered row is
+/// skipped when its capture key already has a row. Returns the inserted IDs.
+async fn insert_captured(
+    conn: &mut sqlx::PgConnection,
+    rows: &[CapturedLetter],
+) -> std::result::Result<std::collections::HashSet<String>, sqlx::Error> {
+    let col = |f: fn(&CapturedLetter) -> Option<String>| rows.iter().map(f).collect::<Vec<_>>();
+    let attempts: Vec<i32> = rows
+        .iter()
+        .map(|r| i32::try_from(r.row.attempts).unwrap_or(i32::MAX))
+        .collect();
+    let ids: Vec<String> = sqlx::query_scalar(
+        "INSERT INTO dead_letters (id, body, reason, attempts, headers_json, event_id, error, \
+             producer, schema_version, source_queue, exchange, routing_key, dead_lettered_at, \
+             capture_key) \
+         SELECT u.id, u.body, u.reason, u.attempts, u.headers_json, u.event_id, u.error, \
+             u.producer, u.schema_version, u.source_queue, u.exchange, u.routing_key, \
+             COALESCE(u.at, now()), u.capture_key \
+         FROM UNNEST($1::text[], $2::bytea[], $3::text[], $4::int4[], $5::text[], $6::text[], \
+             $7::text[], $8::text[], $9::text[], $10::text[], $11::text[], $12::text[], \
+             $13::timestamptz[], $14::text[], $15::bool[]) \
+           AS u(id, body, reason, attempts, headers_json, event_id, error, producer, \
+             schema_version, source_queue, exchange, routing_key, at, capture_key, redelivered) \
+         WHERE NOT (u.redelivered AND EXISTS \
+             (SELECT 1 FROM dead_letters d WHERE d.capture_key = u.capture_key)) \
+         RETURNING id",
+    )
+    .bind(col(|r| Some(r.row.id.clone())))
+    .bind(rows.iter().map(|r| r.row.body.clone()).collect::<Vec<Vec<u8>>>())
+    .bind(col(|r| Some(r.row.reason.clone())))
+    .bind(attempts)
+    .bind(col(|r| Some(r.row.headers_json.clone())))
+    .bind(col(|r| r.row.event_id.clone()))
+    .bind(col(|r| r.row.error.clone()))
+    .bind(col(|r| r.row.producer.clone()))
+    .bind(col(|r| r.row.schema_version.clone()))
+    .bind(col(|r| r.row.source_queue.clone()))
+    .bind(col(|r| r.row.exchange.clone()))
+    .bind(col(|r| r.row.routing_key.clone()))
+    .bind(rows.iter().map(|r| r.row.dead_lettered_at).collect::<Vec<_>>())
+    .bind(col(|r| Some(r.capture_key.clone())))
+    .bind(rows.iter().map(|r| r.redelivered).collect::<Vec<bool>>())
+    .fetch_all(&mut *conn)
+    .await?;
+    Ok(ids.into_iter().collect())
 }

@@ -5,8 +5,9 @@
 //! ID sets are bound as one JSON array (`json_each`), so a batch needs one parameter.
 
 use super::{
-    db_error, dimension_expr, migration_error, newly_applied, push_filter, summary_columns,
-    ImportReport, NewDeadLetter, PlanCandidate, Store, StoreOptions,
+    db_error, dimension_expr, is_row_error, migration_error, newly_applied, push_filter,
+    summary_columns, CaptureOutcome, CapturedLetter, ImportReport, NewDeadLetter, PlanCandidate,
+    Store, StoreOptions,
 };
 use crate::error::{DlqError, Result};
 use crate::model::{
@@ -569,5 +570,68 @@ impl Store for SqliteStore {
 
     async fn close(&self) {
         self.pool.close().await;
+    }
+
+    async fn capture(&self, rows: &[CapturedLetter]) -> Result<Vec<CaptureOutcome>> {
+        if rows.is_empty() {
+            sqlx::query("SELECT capture_key FROM dead_letters WHERE false")
+                .execute(&self.pool)
+                .await
+                .map_err(self.err())?;
+            return Ok(Vec::new());
+        }
+        // One IMMEDIATE transaction: the write lock is held from the key checks to the
+        // commit, so no other capture can insert the same message in between. A refused
+        // INSERT undoes only itself (SQLite's statement-level ABORT).
+        let mut tx = self.begin_write().await?;
+        let insert = format!(
+            "INSERT INTO dead_letters (id, body, reason, attempts, headers_json, event_id, \
+             error, producer, schema_version, source_queue, exchange, routing_key, \
+             dead_lettered_at, capture_key) \
+             VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,COALESCE(?13, {NOW_MS}),?14)"
+        );
+        let mut out = Vec::with_capacity(rows.len());
+        for c in rows {
+            if c.redelivered {
+                let there: Option<i64> = sqlx::query_scalar(
+                    "SELECT 1 FROM dead_letters WHERE capture_key = ?1 LIMIT 1",
+                )
+                .bind(&c.capture_key)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(self.err())?;
+                if there.is_some() {
+                    out.push(CaptureOutcome::AlreadyThere);
+                    continue;
+                }
+            }
+            let r = &c.row;
+            let res = sqlx::query(&insert)
+                .bind(&r.id)
+                .bind(&r.body)
+                .bind(&r.reason)
+                .bind(r.attempts)
+                .bind(&r.headers_json)
+                .bind(&r.event_id)
+                .bind(&r.error)
+                .bind(&r.producer)
+                .bind(&r.schema_version)
+                .bind(&r.source_queue)
+                .bind(&r.exchange)
+                .bind(&r.routing_key)
+                .bind(r.dead_lettered_at.map(to_ms))
+                .bind(&c.capture_key)
+                .execute(&mut *tx)
+                .await;
+            match res {
+                Ok(_) => out.push(CaptureOutcome::Inserted),
+                Err(e) if is_row_error(&e, true) => {
+                    out.push(CaptureOutcome::Refused(self.err()(e).to_string()))
+                }
+                Err(e) => return Err(self.err()(e)),
+            }
+        }
+        tx.commit().await.map_err(self.err())?;
+        Ok(out)
     }
 }

@@ -311,6 +311,16 @@ impl Rabbit {
         }
     }
 
+    /// The helper's channel, for tests that drive the broker themselves.
+    pub fn channel(&self) -> &lapin::Channel {
+        &self.channel
+    }
+
+    /// Runs a future on the helper's runtime.
+    pub fn block_on<F: std::future::Future>(&self, f: F) -> F::Output {
+        self.rt.block_on(f)
+    }
+
     pub fn queue_with(&mut self, prefix: &str, args: FieldTable) -> String {
         let name = unique(prefix);
         self.rt
