@@ -179,12 +179,9 @@ pub fn amqp_to_json(v: &AMQPValue) -> Value {
         A::Float(f) => float(f.to_string().parse().unwrap_or(f64::NAN)),
         A::Double(f) => float(*f),
         A::DecimalValue(d) => float(
-            format!(
-                "{}e-{}",
-                d.value, d.scale
-            )
-            .parse()
-            .unwrap_or(f64::NAN),
+            format!("{}e-{}", d.value, d.scale)
+                .parse()
+                .unwrap_or(f64::NAN),
         ),
         A::ShortString(s) => Value::String(s.as_str().to_string()),
         A::LongString(s) => bytes(s.as_bytes()),
@@ -348,11 +345,20 @@ pub fn to_letter(
         (None, Some(r)) => map_reason(r),
         (None, None) => "unknown".to_string(),
     };
-    let delivery_count = table.inner().get("x-delivery-count").and_then(integer);
-    // Deliveries a consumer took: counted by a quorum queue, else one per rejection.
+    // Deliveries a consumer took before the message died: the delivery count when the
+    // message carries one (on a redelivery from a quorum dead-letter queue it would be
+    // that queue's own count, so only on a first delivery), else one per rejection
+    // recorded in x-death. Expired and overflowed messages were never consumed.
+    let delivery_count = table
+        .inner()
+        .get("x-delivery-count")
+        .and_then(integer)
+        .filter(|_| !redelivered);
     let attempts = match (delivery_count, death_reason.as_deref()) {
         (Some(n), _) => n,
-        (None, Some("rejected" | "delivery_limit")) => field("count").and_then(integer).unwrap_or(1),
+        (None, Some("rejected" | "delivery_limit")) => {
+            field("count").and_then(integer).unwrap_or(1)
+        }
         _ => 0,
     }
     .clamp(0, i32::MAX as i64);
@@ -491,12 +497,10 @@ pub async fn capture(
         match end {
             Ok(SessionEnd::Done(why)) => break Ok(why),
             Err(e) => break Err(e),
-            Ok(SessionEnd::Lost(why)) if !opts.follow => {
-                break Err(DlqError::other(format!(
-                    "{why}; stopped: every message not yet acked is still in {} (run again to go on)",
-                    opts.queue
-                )))
-            }
+            Ok(SessionEnd::Lost(why)) if !opts.follow => break Err(DlqError::other(format!(
+                "{why}; stopped: every message not yet acked is still in {} (run again to go on)",
+                opts.queue
+            ))),
             Ok(SessionEnd::Lost(why)) => {
                 // Wait, and wait again until the database answers: no point taking
                 // messages that cannot be stored.
@@ -589,7 +593,9 @@ async fn open_session(
         .unwrap_or(u64::MAX);
     // Room for the batch being committed and the next one arriving meanwhile; never more
     // than --max asks for, so that no message is taken only to be handed back.
-    let prefetch = (opts.batch as u64 * 2).min(remaining).clamp(1, u16::MAX as u64) as u16;
+    let prefetch = (opts.batch as u64 * 2)
+        .min(remaining)
+        .clamp(1, u16::MAX as u64) as u16;
     match timeout(
         wait,
         channel.basic_qos(prefetch, BasicQosOptions::default()),
@@ -796,11 +802,7 @@ async fn commit_and_ack(
     let outcomes = match store.capture(&rows).await {
         Ok(o) => o,
         Err(e @ (DlqError::SchemaMissing(_) | DlqError::Usage(_))) => return Err(e),
-        Err(e) => {
-            return Ok(Some(format!(
-                "the database did not take the batch ({e})"
-            )))
-        }
+        Err(e) => return Ok(Some(format!("the database did not take the batch ({e})"))),
     };
     let mut captured = 0;
     let mut already = 0;

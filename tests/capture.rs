@@ -93,12 +93,11 @@ impl Dlx {
                 } else if refused == n {
                     break;
                 }
-                let d = match tokio::time::timeout(Duration::from_millis(200), consumer.next())
-                    .await
-                {
-                    Ok(Some(Ok(d))) => d,
-                    _ => continue,
-                };
+                let d =
+                    match tokio::time::timeout(Duration::from_millis(200), consumer.next()).await {
+                        Ok(Some(Ok(d))) => d,
+                        _ => continue,
+                    };
                 refused += 1;
                 if requeue {
                     d.acker
@@ -153,7 +152,10 @@ fn wait_for(r: &Rabbit, queue: &str, n: u32) {
         if c >= n {
             return;
         }
-        assert!(Instant::now() < deadline, "{queue} holds {c} of {n} messages");
+        assert!(
+            Instant::now() < deadline,
+            "{queue} holds {c} of {n} messages"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
 }
@@ -193,8 +195,14 @@ fn rejected_messages_are_captured_byte_for_byte_with_their_x_death() {
             ("ratio", AMQPValue::Double(0.25)),
             ("flag", AMQPValue::Boolean(true)),
             ("nested", AMQPValue::FieldTable(table(&[("k", s("v"))]))),
-            ("list", AMQPValue::FieldArray(FieldArray::from(vec![s("a"), AMQPValue::LongInt(1)]))),
-            ("raw", AMQPValue::LongString(LongString::from(vec![0xff_u8, 0x00, 0x41]))),
+            (
+                "list",
+                AMQPValue::FieldArray(FieldArray::from(vec![s("a"), AMQPValue::LongInt(1)])),
+            ),
+            (
+                "raw",
+                AMQPValue::LongString(LongString::from(vec![0xff_u8, 0x00, 0x41])),
+            ),
             ("x-producer", s("billing")),
         ]);
         let binary_body: &[u8] = &[0x00, 0xff, 0xfe, b'{', 0x80];
@@ -262,10 +270,16 @@ fn rejected_messages_are_captured_byte_for_byte_with_their_x_death() {
         assert_eq!(h["raw"], json!({"$bytes": b64(&[0xff, 0x00, 0x41])}));
         assert_eq!(first["error"], "ValueError: bad amount");
         assert_eq!(first["producer"], "billing", "the x-producer header");
-        assert_eq!(first["event_id"], "msg-1", "message_id when nothing else gives one");
+        assert_eq!(
+            first["event_id"], "msg-1",
+            "message_id when nothing else gives one"
+        );
 
         let second = by_body(br#"{"event_id":"evt-2","amount":"x"}"#);
-        assert_eq!(second["event_id"], "evt-2", "the body's event_id wins over message_id");
+        assert_eq!(
+            second["event_id"], "evt-2",
+            "the body's event_id wins over message_id"
+        );
         assert_eq!(second["error"], Value::Null);
         let third = by_body(b"plain text");
         assert_eq!(third["event_id"], Value::Null);
@@ -275,4 +289,417 @@ fn rejected_messages_are_captured_byte_for_byte_with_their_x_death() {
         assert_eq!(again.code, 0, "{}", again.all());
         assert_eq!(again.json()["captured"], 0);
     }
+}
+
+#[test]
+fn quorum_delivery_limit_is_retries_exhausted_and_a_quorum_dead_letter_queue_works() {
+    for backend in BACKENDS {
+        let db = TestDb::migrated(backend);
+        let quorum = ("x-queue-type", s("quorum"));
+        let dlx = Dlx::new(
+            &[quorum.clone(), ("x-delivery-limit", AMQPValue::LongInt(2))],
+            &[quorum.clone()],
+        );
+        dlx.publish(
+            br#"{"event_id":"evt-q","amount":1}"#,
+            BasicProperties::default()
+                .with_headers(table(&[("x-error", s("TimeoutError: ledger"))])),
+        );
+        dlx.refuse(1, true);
+
+        let r = capture(&db, &["--queue", &dlx.dlq]);
+        assert_eq!(r.code, 0, "{}", r.all());
+        assert_eq!(r.json()["captured"], 1, "{}", r.stdout);
+        assert_eq!(dlx.rabbit.count(&dlx.dlq), 0);
+        let rows = shown(&db);
+        let row = &rows[0];
+        assert_eq!(row["reason"], "retries_exhausted");
+        assert_eq!(row["headers"]["x-death"][0]["reason"], "delivery_limit");
+        assert_eq!(row["source_queue"], dlx.work.as_str());
+        assert_eq!(row["error"], "TimeoutError: ledger");
+        assert_eq!(row["event_id"], "evt-q");
+        // RabbitMQ 3.10 keeps no delivery count on a message a quorum queue dead-letters,
+        // so attempts is the x-death count (a later broker's x-delivery-count wins).
+        assert!(row["attempts"].as_i64().unwrap() >= 1, "{row}");
+    }
+}
+
+#[test]
+fn expired_messages_keep_their_reason_and_reason_can_be_given() {
+    let db = TestDb::migrated(Backend::Sqlite);
+    let dlx = Dlx::new(&[("x-message-ttl", AMQPValue::LongInt(20))], &[]);
+    for i in 0..4 {
+        dlx.publish(format!("ttl {i}").as_bytes(), BasicProperties::default());
+    }
+    wait_for(&dlx.rabbit, &dlx.dlq, 4);
+    let r = capture(&db, &["--queue", &dlx.dlq, "--max", "2"]);
+    assert_eq!(r.code, 0, "{}", r.all());
+    assert_eq!(r.json()["captured"], 2);
+    assert_eq!(r.json()["stopped"], "max");
+    assert_eq!(
+        dlx.rabbit.count(&dlx.dlq),
+        2,
+        "--max leaves the rest queued"
+    );
+    let rows = shown(&db);
+    for row in &rows {
+        assert_eq!(row["reason"], "expired");
+        assert_eq!(row["attempts"], 0, "nobody consumed it");
+        assert_eq!(row["headers"]["x-death"][0]["reason"], "expired");
+    }
+    let r = capture(&db, &["--queue", &dlx.dlq, "--reason", "permanent_failure"]);
+    assert_eq!(r.code, 0, "{}", r.all());
+    assert_eq!(r.json()["captured"], 2);
+    let given = db.ids(&["--reason", "permanent_failure"]);
+    assert_eq!(given.len(), 2);
+    assert_eq!(dlx.rabbit.count(&dlx.dlq), 0);
+}
+
+#[test]
+fn two_identical_messages_make_two_rows() {
+    let db = TestDb::migrated(Backend::Postgres);
+    let dlx = Dlx::new(&[], &[]);
+    for _ in 0..2 {
+        dlx.publish(b"same bytes", BasicProperties::default());
+    }
+    dlx.refuse(2, false);
+    let dlq_rows = dlx.rabbit.drain(&dlx.dlq);
+    assert_eq!(dlq_rows.len(), 2);
+    assert_eq!(
+        dlq_rows[0].headers, dlq_rows[1].headers,
+        "the broker gave both the same x-death"
+    );
+    for m in &dlq_rows {
+        dlx.rabbit.block_on(async {
+            dlx.rabbit
+                .channel()
+                .basic_publish(
+                    "".into(),
+                    dlx.dlq.as_str().into(),
+                    BasicPublishOptions::default(),
+                    &m.body,
+                    BasicProperties::default().with_headers(to_table(&m.headers)),
+                )
+                .await
+                .unwrap()
+                .await
+                .unwrap();
+        });
+    }
+    wait_for(&dlx.rabbit, &dlx.dlq, 2);
+    let r = capture(&db, &["--queue", &dlx.dlq]);
+    assert_eq!(r.code, 0, "{}", r.all());
+    assert_eq!(r.json()["captured"], 2, "{}", r.stdout);
+    assert_eq!(
+        db.scalar("SELECT count(DISTINCT capture_key) FROM dead_letters"),
+        1,
+        "one key, two rows"
+    );
+}
+
+/// JSON headers back to AMQP (strings, integers, arrays, tables), for re-publishing.
+fn to_table(h: &serde_json::Map<String, Value>) -> FieldTable {
+    fn val(v: &Value) -> AMQPValue {
+        match v {
+            Value::String(x) => s(x),
+            Value::Number(n) => AMQPValue::LongLongInt(n.as_i64().unwrap()),
+            Value::Bool(b) => AMQPValue::Boolean(*b),
+            Value::Array(a) => {
+                AMQPValue::FieldArray(FieldArray::from(a.iter().map(val).collect::<Vec<_>>()))
+            }
+            Value::Object(m) => AMQPValue::FieldTable(to_table(m)),
+            Value::Null => AMQPValue::Void,
+        }
+    }
+    let mut t = FieldTable::default();
+    for (k, v) in h {
+        t.insert(k.as_str().into(), val(v));
+    }
+    t
+}
+
+/// Publishes `n` distinct messages to the work queue and dead-letters them all.
+fn fill(dlx: &Dlx, n: usize) {
+    let r = &dlx.rabbit;
+    r.block_on(async {
+        for i in 0..n {
+            r.channel()
+                .basic_publish(
+                    "".into(),
+                    dlx.work.as_str().into(),
+                    BasicPublishOptions::default(),
+                    format!("{{\"n\":{i},\"pad\":\"{}\"}}", "x".repeat(200)).as_bytes(),
+                    BasicProperties::default().with_delivery_mode(2),
+                )
+                .await
+                .unwrap();
+        }
+    });
+    dlx.refuse(n, false);
+}
+
+fn rows(db: &TestDb) -> i64 {
+    db.scalar("SELECT count(*) FROM dead_letters")
+}
+
+/// Every one of the `n` messages has exactly one row.
+fn assert_exactly_once(db: &TestDb, n: i64) {
+    assert_eq!(rows(db), n, "rows");
+    assert_eq!(
+        db.scalar("SELECT count(DISTINCT body) FROM dead_letters"),
+        n,
+        "distinct bodies"
+    );
+}
+
+fn wait_until(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn sigkill_during_a_capture_of_thousands_then_a_rerun_stores_each_message_once() {
+    for backend in BACKENDS {
+        let db = TestDb::migrated(backend);
+        let dlx = Dlx::new(&[], &[]);
+        let n = 3000;
+        fill(&dlx, n);
+        let mut child = db
+            .cmd()
+            .args(["capture", "--queue", &dlx.dlq, "--batch", "50"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        wait_until("a few batches", 60, || rows(&db) >= 400);
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let before = rows(&db);
+        assert!(before < n as i64, "killed mid-run ({before} rows)");
+
+        let r = capture(&db, &["--queue", &dlx.dlq]);
+        assert_eq!(r.code, 0, "{}", r.all());
+        let sum = r.json();
+        assert_eq!(
+            before + sum["captured"].as_i64().unwrap(),
+            n as i64,
+            "{backend:?}: {sum}"
+        );
+        assert_exactly_once(&db, n as i64);
+        assert_eq!(dlx.rabbit.count(&dlx.dlq), 0);
+    }
+}
+
+#[test]
+fn broker_connection_cut_during_follow_loses_nothing_and_doubles_nothing() {
+    for backend in BACKENDS {
+        let db = TestDb::migrated(backend);
+        let dlx = Dlx::new(&[], &[]);
+        let n = 2000;
+        fill(&dlx, n);
+        let proxy = Proxy::start("127.0.0.1:5672", OnServerBytes::Nothing);
+        let url = format!("amqp://guest:guest@{}/%2f", proxy.addr());
+        let child = db
+            .cmd()
+            .env("DLQ_AMQP_URL", &url)
+            .args(["capture", "--queue", &dlx.dlq, "--batch", "50", "--follow"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        wait_until("a few batches", 60, || rows(&db) >= 300);
+        proxy.cut.store(true, Ordering::SeqCst);
+        std::thread::sleep(Duration::from_millis(1500));
+        assert!(rows(&db) < n as i64, "cut mid-run");
+        proxy.cut.store(false, Ordering::SeqCst);
+        wait_until("every message stored", 60, || rows(&db) >= n as i64);
+        wait_until("the queue acked", 30, || dlx.rabbit.count(&dlx.dlq) == 0);
+        signal(&child, "TERM");
+        let out = Run::from(child.wait_with_output().unwrap());
+        assert_eq!(out.code, 0, "{}", out.all());
+        let sum = out.json();
+        assert!(sum["reconnects"].as_i64().unwrap() >= 1, "{sum}");
+        assert_eq!(sum["stopped"], "interrupted");
+        assert!(out.stderr.contains("trying again in"), "{}", out.stderr);
+        assert!(!out.stderr.contains("guest:guest"), "{}", out.stderr);
+        assert_exactly_once(&db, n as i64);
+    }
+}
+
+#[test]
+fn a_commit_whose_answer_is_lost_is_not_stored_twice() {
+    // The proxy forwards PostgreSQL until the server answers the first COMMIT, and drops
+    // the connection instead: the batch is committed, dlq cannot know it, acks nothing.
+    let db = TestDb::migrated(Backend::Postgres);
+    let dlx = Dlx::new(&[], &[]);
+    let n = 500;
+    fill(&dlx, n);
+    let commit_complete = b"C\0\0\0\x0bCOMMIT\0".to_vec();
+    let proxy = Proxy::start(
+        "127.0.0.1:5432",
+        OnServerBytes::CutOnce(commit_complete, Default::default()),
+    );
+    let url = format!(
+        "{}?sslmode=disable",
+        db.url.replace("127.0.0.1:5432", &proxy.addr())
+    );
+    let child = db
+        .cmd()
+        .env("DLQ_DATABASE_URL", &url)
+        .args(["capture", "--queue", &dlx.dlq, "--batch", "100", "--follow"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_until("the first commit", 60, || proxy.cut.load(Ordering::SeqCst));
+    std::thread::sleep(Duration::from_millis(1000));
+    assert_eq!(rows(&db), 100, "the first batch is committed");
+    assert_eq!(
+        dlx.rabbit.count(&dlx.dlq) as usize,
+        n,
+        "and nothing acked: the broker has every message back"
+    );
+    proxy.cut.store(false, Ordering::SeqCst);
+    wait_until("every message stored", 60, || rows(&db) >= n as i64);
+    wait_until("the queue acked", 30, || dlx.rabbit.count(&dlx.dlq) == 0);
+    signal(&child, "TERM");
+    let out = Run::from(child.wait_with_output().unwrap());
+    assert_eq!(out.code, 0, "{}", out.all());
+    let sum = out.json();
+    assert_eq!(sum["already_there"], 100, "{sum}");
+    assert_eq!(sum["captured"], n as i64 - 100, "{sum}");
+    assert_exactly_once(&db, n as i64);
+}
+
+#[test]
+fn a_captured_message_replays_to_its_original_queue_without_its_x_death() {
+    for backend in BACKENDS {
+        let db = TestDb::migrated(backend);
+        let dlx = Dlx::new(&[], &[]);
+        let body = br#"{"order":"o-17","amount":12}"#;
+        dlx.publish(
+            body,
+            BasicProperties::default()
+                .with_message_id("m-17".into())
+                .with_headers(table(&[("tenant", s("acme"))])),
+        );
+        dlx.refuse(1, false);
+        let r = capture(&db, &["--queue", &dlx.dlq]);
+        assert_eq!(r.code, 0, "{}", r.all());
+        let id = db.ids(&[]).pop().unwrap();
+        let r = db.dlq(&["replay", &id, "--yes"]);
+        assert_eq!(r.code, 0, "{}", r.all());
+        assert_eq!(r.json()["outcome"], "replayed");
+        let got = dlx.rabbit.drain(&dlx.work);
+        assert_eq!(got.len(), 1, "one message back in {}", dlx.work);
+        let m = &got[0];
+        assert_eq!(m.body, body);
+        assert_eq!(m.message_id.as_deref(), Some("m-17"));
+        assert_eq!(m.headers["tenant"], "acme");
+        assert_eq!(m.headers["x-replayed-from-dlq"], "true");
+        assert_eq!(m.headers["x-dead-letter-id"], id.as_str());
+        assert_eq!(m.headers["x-dead-letter-reason"], "poison_message");
+        assert!(
+            !m.headers.keys().any(|k| k.contains("death")),
+            "{:?}",
+            m.headers
+        );
+    }
+}
+
+#[test]
+fn a_message_that_cannot_be_stored_stops_the_capture_or_is_parked() {
+    for backend in BACKENDS {
+        let db = TestDb::migrated(backend);
+        let mut dlx = Dlx::new(&[], &[]);
+        let park = dlx.rabbit.queue("dlq_cap_park");
+        match backend {
+            Backend::Postgres => db.sql(&[
+                "CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+                 IF NEW.body = convert_to('refuse me', 'UTF8') THEN \
+                 RAISE EXCEPTION 'refused by policy'; END IF; RETURN NEW; END $$",
+                "CREATE TRIGGER refuse BEFORE INSERT ON dead_letters \
+                 FOR EACH ROW EXECUTE FUNCTION refuse()",
+            ]),
+            Backend::Sqlite => db.sql(&["CREATE TRIGGER refuse BEFORE INSERT ON dead_letters \
+                 WHEN NEW.body = CAST('refuse me' AS BLOB) \
+                 BEGIN SELECT RAISE(ABORT, 'refused by policy'); END"]),
+        }
+        let big = vec![b'x'; 2000];
+        for b in [&b"ok 1"[..], &big, b"ok 2"] {
+            dlx.publish(b, BasicProperties::default());
+        }
+        dlx.refuse(3, false);
+
+        // Without a parking queue: the storable ones are stored, the capture stops there,
+        // the big one stays queued.
+        let r = capture(&db, &["--queue", &dlx.dlq, "--max-body-bytes", "1KiB"]);
+        assert_eq!(r.code, 1, "{}", r.all());
+        assert_eq!(r.stderr.lines().count(), 1, "{}", r.stderr);
+        assert!(
+            r.stderr.contains("cannot be stored") && r.stderr.contains("--park-queue"),
+            "{}",
+            r.stderr
+        );
+        assert_eq!(rows(&db), 2);
+        assert_eq!(dlx.rabbit.count(&dlx.dlq), 1, "the big one is still queued");
+
+        // With one: over the limit, or refused by the database, both are moved aside.
+        dlx.publish(b"refuse me", BasicProperties::default());
+        dlx.refuse(1, false);
+        wait_for(&dlx.rabbit, &dlx.dlq, 2);
+        let r = capture(
+            &db,
+            &[
+                "--queue",
+                &dlx.dlq,
+                "--max-body-bytes",
+                "1KiB",
+                "--park-queue",
+                &park,
+            ],
+        );
+        assert_eq!(r.code, 0, "{}", r.all());
+        let sum = r.json();
+        assert_eq!(sum["parked"], 2, "{sum}");
+        assert_eq!(sum["captured"], 0, "{sum}");
+        assert_eq!(dlx.rabbit.count(&dlx.dlq), 0);
+        let mut parked = dlx.rabbit.drain(&park);
+        parked.sort_by_key(|m| m.body.len());
+        assert_eq!(parked.len(), 2);
+        assert_eq!(parked[0].body, b"refuse me");
+        let why = parked[0].headers["x-dlq-capture-error"].as_str().unwrap();
+        assert!(why.contains("refused by policy"), "{why}");
+        assert_eq!(parked[1].body, big);
+        let why = parked[1].headers["x-dlq-capture-error"].as_str().unwrap();
+        assert!(why.contains("over the limit"), "{why}");
+        assert!(
+            parked[1].headers.contains_key("x-death"),
+            "a parked message keeps its headers"
+        );
+        assert_eq!(rows(&db), 2);
+    }
+}
+
+#[test]
+fn a_missing_queue_or_schema_is_one_clear_line() {
+    let db = TestDb::migrated(Backend::Sqlite);
+    let r = capture(&db, &["--queue", "dlq_cap_no_such_queue"]);
+    assert_eq!(r.code, 1, "{}", r.all());
+    assert!(r.stderr.contains("no queue"), "{}", r.stderr);
+    assert_eq!(r.stderr.lines().count(), 1, "{}", r.stderr);
+
+    let bare = TestDb::new(Backend::Postgres);
+    bare.sql(&[
+        "CREATE TABLE dead_letters (id TEXT PRIMARY KEY, body BYTEA NOT NULL, \
+         reason TEXT NOT NULL, attempts INTEGER NOT NULL, headers_json TEXT NOT NULL, \
+         replayed_at TIMESTAMPTZ, replay_claim_owner TEXT, replay_claim_expires_at TIMESTAMPTZ, \
+         last_replay_error TEXT)",
+    ]);
+    let r = capture(&bare, &["--queue", "anything"]);
+    assert_eq!(r.code, 1, "{}", r.all());
+    assert!(r.stderr.contains("dlq migrate"), "{}", r.stderr);
 }

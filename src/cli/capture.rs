@@ -51,7 +51,9 @@ fn parse_size(s: &str) -> std::result::Result<usize, String> {
         .ok()
         .and_then(|n| n.checked_mul(mult))
         .filter(|n| *n > 0)
-        .ok_or_else(|| format!("invalid size {s:?}: expected bytes, such as 1048576, 512KiB or 64MiB"))
+        .ok_or_else(|| {
+            format!("invalid size {s:?}: expected bytes, such as 1048576, 512KiB or 64MiB")
+        })
 }
 
 /// Sends `true` on SIGINT or SIGTERM.

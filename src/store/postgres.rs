@@ -618,7 +618,11 @@ async fn insert_captured(
          RETURNING id",
     )
     .bind(col(|r| Some(r.row.id.clone())))
-    .bind(rows.iter().map(|r| r.row.body.clone()).collect::<Vec<Vec<u8>>>())
+    .bind(
+        rows.iter()
+            .map(|r| r.row.body.clone())
+            .collect::<Vec<Vec<u8>>>(),
+    )
     .bind(col(|r| Some(r.row.reason.clone())))
     .bind(attempts)
     .bind(col(|r| Some(r.row.headers_json.clone())))
@@ -629,7 +633,11 @@ async fn insert_captured(
     .bind(col(|r| r.row.source_queue.clone()))
     .bind(col(|r| r.row.exchange.clone()))
     .bind(col(|r| r.row.routing_key.clone()))
-    .bind(rows.iter().map(|r| r.row.dead_lettered_at).collect::<Vec<_>>())
+    .bind(
+        rows.iter()
+            .map(|r| r.row.dead_lettered_at)
+            .collect::<Vec<_>>(),
+    )
     .bind(col(|r| Some(r.capture_key.clone())))
     .bind(rows.iter().map(|r| r.redelivered).collect::<Vec<bool>>())
     .fetch_all(&mut *conn)

@@ -593,13 +593,12 @@ impl Store for SqliteStore {
         let mut out = Vec::with_capacity(rows.len());
         for c in rows {
             if c.redelivered {
-                let there: Option<i64> = sqlx::query_scalar(
-                    "SELECT 1 FROM dead_letters WHERE capture_key = ?1 LIMIT 1",
-                )
-                .bind(&c.capture_key)
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(self.err())?;
+                let there: Option<i64> =
+                    sqlx::query_scalar("SELECT 1 FROM dead_letters WHERE capture_key = ?1 LIMIT 1")
+                        .bind(&c.capture_key)
+                        .fetch_optional(&mut *tx)
+                        .await
+                        .map_err(self.err())?;
                 if there.is_some() {
                     out.push(CaptureOutcome::AlreadyThere);
                     continue;

@@ -518,6 +518,9 @@ pub enum OnServerBytes {
     Nothing,
     /// Drop the connection instead of forwarding (the client never sees it).
     Cut(Vec<u8>),
+    /// The same, the first time only (the flag records that it happened): later
+    /// connections, once the test clears `cut`, are forwarded untouched.
+    CutOnce(Vec<u8>, Arc<AtomicBool>),
     /// Cut another proxy first, then forward.
     CutOther(Vec<u8>, Arc<AtomicBool>),
     /// Stop forwarding and hold the connection open, sending nothing (a black hole).
@@ -639,6 +642,10 @@ async fn pipe(
         let seen = |p: &[u8]| buf[..n].windows(p.len()).any(|w| w == p);
         match &hook {
             OnServerBytes::Cut(p) if seen(p) => {
+                cut.store(true, Ordering::SeqCst);
+                break;
+            }
+            OnServerBytes::CutOnce(p, done) if seen(p) && !done.swap(true, Ordering::SeqCst) => {
                 cut.store(true, Ordering::SeqCst);
                 break;
             }
