@@ -497,10 +497,12 @@ pub async fn capture(
         match end {
             Ok(SessionEnd::Done(why)) => break Ok(why),
             Err(e) => break Err(e),
-            Ok(SessionEnd::Lost(why)) if !opts.follow => break Err(DlqError::other(format!(
+            Ok(SessionEnd::Lost(why)) if !opts.follow => {
+                break Err(DlqError::other(format!(
                 "{why}; stopped: every message not yet acked is still in {} (run again to go on)",
                 opts.queue
-            ))),
+            )))
+            }
             Ok(SessionEnd::Lost(why)) => {
                 // Wait, and wait again until the database answers: no point taking
                 // messages that cannot be stored.
@@ -968,4 +970,159 @@ async fn connect_parker(opts: &CaptureOptions) -> std::result::Result<Publisher,
         }
     }
     Err(last)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lapin::types::{ByteArray, DecimalValue, FieldArray};
+
+    fn t(pairs: Vec<(&str, AMQPValue)>) -> FieldTable {
+        let mut t = FieldTable::default();
+        for (k, v) in pairs {
+            t.insert(k.into(), v);
+        }
+        t
+    }
+
+    fn ls(s: &str) -> AMQPValue {
+        AMQPValue::LongString(s.into())
+    }
+
+    fn death(reason: &str, count: i64) -> AMQPValue {
+        AMQPValue::FieldArray(FieldArray::from(vec![
+            AMQPValue::FieldTable(t(vec![
+                ("queue", ls("orders")),
+                ("reason", ls(reason)),
+                ("count", AMQPValue::LongLongInt(count)),
+                ("exchange", ls("shop")),
+                (
+                    "routing-keys",
+                    AMQPValue::FieldArray(FieldArray::from(vec![ls("orders.created")])),
+                ),
+                ("time", AMQPValue::Timestamp(1_800_000_000)),
+            ])),
+            AMQPValue::FieldTable(t(vec![("queue", ls("older")), ("reason", ls("expired"))])),
+        ]))
+    }
+
+    #[test]
+    fn header_values_as_json() {
+        let j = |v: AMQPValue| amqp_to_json(&v);
+        assert_eq!(j(AMQPValue::Float(1.1)), serde_json::json!(1.1));
+        assert_eq!(
+            j(AMQPValue::DecimalValue(DecimalValue {
+                scale: 2,
+                value: 1234
+            })),
+            serde_json::json!(12.34)
+        );
+        assert_eq!(j(AMQPValue::Timestamp(17)), serde_json::json!(17));
+        assert_eq!(j(AMQPValue::ShortShortInt(-3)), serde_json::json!(-3));
+        assert_eq!(j(AMQPValue::Void), Value::Null);
+        assert_eq!(
+            j(AMQPValue::ByteArray(ByteArray::from(vec![0xc3_u8, 0x28]))),
+            serde_json::json!({"$bytes": "wyg="})
+        );
+        assert_eq!(j(ls("é")), serde_json::json!("é"));
+        assert_eq!(j(AMQPValue::Double(f64::NAN)), serde_json::json!("NaN"));
+    }
+
+    #[test]
+    fn reasons() {
+        assert_eq!(map_reason("rejected"), "poison_message");
+        assert_eq!(map_reason("delivery_limit"), "retries_exhausted");
+        assert_eq!(map_reason("expired"), "expired");
+        assert_eq!(map_reason("maxlen"), "maxlen");
+    }
+
+    #[test]
+    fn a_delivery_as_a_row() {
+        let props = BasicProperties::default()
+            .with_message_id("m-1".into())
+            .with_headers(t(vec![
+                ("x-death", death("rejected", 4)),
+                ("x-error", ls("KeyError: 'sku'\0")),
+            ]));
+        let c = to_letter(b"not json", &props, false, None);
+        let r = &c.row;
+        assert_eq!(r.reason, "poison_message");
+        assert_eq!(r.attempts, 4, "one delivery per rejection");
+        assert_eq!(r.source_queue.as_deref(), Some("orders"), "the first entry");
+        assert_eq!(r.exchange.as_deref(), Some("shop"));
+        assert_eq!(r.routing_key.as_deref(), Some("orders.created"));
+        assert_eq!(r.dead_lettered_at.unwrap().timestamp(), 1_800_000_000);
+        assert_eq!(r.error.as_deref(), Some("KeyError: 'sku'\u{FFFD}"));
+        assert!(
+            r.headers_json.contains("\\u0000"),
+            "the headers keep the NUL"
+        );
+        assert_eq!(r.event_id.as_deref(), Some("m-1"));
+        assert!(!c.redelivered);
+
+        let over = to_letter(b"{}", &props, true, Some("permanent_failure"));
+        assert_eq!(over.row.reason, "permanent_failure");
+        assert!(over.redelivered);
+
+        let with_event = to_letter(br#"{"event_id":"e-9"}"#, &props, false, None);
+        assert_eq!(with_event.row.event_id, None, "the store's rule finds e-9");
+
+        let bare = to_letter(b"x", &BasicProperties::default(), false, None);
+        assert_eq!(bare.row.reason, "unknown");
+        assert_eq!(bare.row.attempts, 0);
+        assert_eq!(bare.row.source_queue, None);
+        assert_eq!(bare.row.dead_lettered_at, None, "the database's now()");
+        assert_eq!(bare.row.headers_json, "{}");
+    }
+
+    #[test]
+    fn expired_messages_were_never_consumed_and_delivery_count_wins_on_a_first_delivery() {
+        let h = |extra: Vec<(&str, AMQPValue)>| {
+            let mut v = vec![("x-death", death("expired", 1))];
+            v.extend(extra);
+            BasicProperties::default().with_headers(t(v))
+        };
+        assert_eq!(to_letter(b"", &h(vec![]), false, None).row.attempts, 0);
+        let counted = h(vec![("x-delivery-count", AMQPValue::LongInt(6))]);
+        assert_eq!(to_letter(b"", &counted, false, None).row.attempts, 6);
+        assert_eq!(
+            to_letter(b"", &counted, true, None).row.attempts,
+            0,
+            "on a redelivery the count may be the dead-letter queue's own"
+        );
+    }
+
+    #[test]
+    fn the_capture_key() {
+        let headers = |count: Option<i32>| {
+            let mut v = vec![("x-death", death("rejected", 1)), ("a", ls("1"))];
+            if let Some(c) = count {
+                v.push(("x-delivery-count", AMQPValue::LongInt(c)));
+            }
+            t(v)
+        };
+        let key = |body: &[u8], h: FieldTable, id: Option<&str>| {
+            let mut p = BasicProperties::default().with_headers(h.clone());
+            if let Some(id) = id {
+                p = p.with_message_id(id.into());
+            }
+            capture_key(body, &headers_to_json(&h), &p)
+        };
+        let k = key(b"b", headers(None), None);
+        assert!(k.starts_with("v1:") && k.len() == 67, "{k}");
+        assert_eq!(k, key(b"b", headers(None), None), "stable");
+        assert_eq!(
+            k,
+            key(b"b", headers(Some(3)), None),
+            "a quorum queue's redelivery count is not part of it"
+        );
+        assert_ne!(k, key(b"c", headers(None), None));
+        assert_ne!(k, key(b"b", headers(None), Some("m")));
+        assert_ne!(k, key(b"b", t(vec![("a", ls("1"))]), None));
+        // Length prefixes: moving bytes between parts changes the key.
+        assert_ne!(
+            key(b"ab", FieldTable::default(), None),
+            key(b"a", FieldTable::default(), Some("b"))
+        );
+    }
 }

@@ -609,4 +609,20 @@ mod tests {
         assert_eq!(h["x-replayed-by"], "alice");
         assert_eq!(h["x-dead-letter-reason"], "retries_exhausted");
     }
+
+    #[test]
+    fn captured_non_utf8_header_bytes_go_back_as_bytes() {
+        let h: serde_json::Map<_, _> =
+            serde_json::from_str(r#"{"raw":{"$bytes":"/wBB"},"t":{"$bytes":"x","other":1}}"#)
+                .unwrap();
+        let t = to_field_table(&h);
+        match t.inner().get("raw") {
+            Some(AMQPValue::LongString(s)) => assert_eq!(s.as_bytes(), &[0xff, 0x00, 0x41]),
+            other => panic!("{other:?}"),
+        }
+        assert!(
+            matches!(t.inner().get("t"), Some(AMQPValue::FieldTable(_))),
+            "only a one-key object is bytes"
+        );
+    }
 }
