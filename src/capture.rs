@@ -659,6 +659,8 @@ async fn run_session(
 ) -> Result<SessionEnd> {
     let mut consumer = session.consumer.clone();
     let idle = opts.linger.max(Duration::from_millis(100));
+    // Deliveries taken while making sure the queue is empty: they start the next batch.
+    let mut carried: Vec<Held> = Vec::new();
     loop {
         let remaining = opts
             .max
@@ -669,32 +671,23 @@ async fn run_session(
             return Ok(SessionEnd::Done(Stopped::Max));
         }
         let want = (opts.batch as u64).min(remaining) as usize;
-        let mut batch: Vec<Held> = Vec::with_capacity(want);
+        let mut batch: Vec<Held> = std::mem::take(&mut carried);
         let mut interrupted = false;
         let mut lost: Option<String> = None;
-        let mut deadline = Instant::now() + idle;
+        let mut deadline = Instant::now() + if batch.is_empty() { idle } else { opts.linger };
         while batch.len() < want {
             tokio::select! {
                 biased;
                 _ = stop.wait_for(|s| *s) => { interrupted = true; break; }
-                next = consumer.next() => match next {
-                    Some(Ok(d)) => {
+                next = consumer.next() => match held(next, &session.host) {
+                    Ok(h) => {
                         if batch.is_empty() {
                             deadline = Instant::now() + opts.linger;
                         }
-                        batch.push(Held {
-                            tag: d.delivery_tag,
-                            body: d.data,
-                            properties: d.properties,
-                            redelivered: d.redelivered,
-                        });
+                        batch.push(h);
                     }
-                    Some(Err(e)) => {
-                        lost = Some(format!("lost the broker connection to {} ({})", session.host, broker_text(&e)));
-                        break;
-                    }
-                    None => {
-                        lost = Some(format!("the broker {} ended the consumer (queue deleted, or the connection closed)", session.host));
+                    Err(why) => {
+                        lost = Some(why);
                         break;
                     }
                 },
@@ -705,28 +698,60 @@ async fn run_session(
             // Nothing of the batch in hand is committed or acked: the broker has them all.
             return Ok(SessionEnd::Lost(why));
         }
-        if batch.is_empty() {
-            if interrupted {
-                cancel(session, opts).await;
-                return Ok(SessionEnd::Done(Stopped::Interrupted));
-            }
-            if !opts.follow && queue_is_empty(session, opts).await? {
-                cancel(session, opts).await;
-                return Ok(SessionEnd::Done(Stopped::Empty));
-            }
-            continue;
-        }
-        match commit_and_ack(store, session, opts, batch, summary, parker, on_event).await? {
-            Some(why) => return Ok(SessionEnd::Lost(why)),
-            None => {
-                *backoff = Duration::from_millis(250);
-                on_event(Event::Batch(summary));
+        // The broker had no more to give when the wait for a full batch ran out.
+        let drained = batch.len() < want && !interrupted;
+        if !batch.is_empty() {
+            match commit_and_ack(store, session, opts, batch, summary, parker, on_event).await? {
+                Some(why) => return Ok(SessionEnd::Lost(why)),
+                None => {
+                    *backoff = Duration::from_millis(250);
+                    on_event(Event::Batch(summary));
+                }
             }
         }
         if interrupted {
             cancel(session, opts).await;
             return Ok(SessionEnd::Done(Stopped::Interrupted));
         }
+        if drained && !opts.follow && queue_is_empty(session, opts).await? {
+            // The broker sends a queue's deliveries to a channel before its answer to the
+            // declare, so any delivery still on its way is already in the consumer's buffer.
+            while carried.len() < want {
+                match timeout(Duration::ZERO, consumer.next()).await {
+                    Err(_) => break,
+                    Ok(next) => match held(next, &session.host) {
+                        Ok(h) => carried.push(h),
+                        Err(why) => return Ok(SessionEnd::Lost(why)),
+                    },
+                }
+            }
+            if carried.is_empty() {
+                cancel(session, opts).await;
+                return Ok(SessionEnd::Done(Stopped::Empty));
+            }
+        }
+    }
+}
+
+/// A delivery from the consumer stream, or why the stream gave none.
+fn held(
+    next: Option<lapin::Result<lapin::message::Delivery>>,
+    host: &str,
+) -> std::result::Result<Held, String> {
+    match next {
+        Some(Ok(d)) => Ok(Held {
+            tag: d.delivery_tag,
+            body: d.data,
+            properties: d.properties,
+            redelivered: d.redelivered,
+        }),
+        Some(Err(e)) => Err(format!(
+            "lost the broker connection to {host} ({})",
+            broker_text(&e)
+        )),
+        None => Err(format!(
+            "the broker {host} ended the consumer (queue deleted, or the connection closed)"
+        )),
     }
 }
 
