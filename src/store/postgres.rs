@@ -596,7 +596,14 @@ async fn insert_captured(
     conn: &mut sqlx::PgConnection,
     rows: &[CapturedLetter],
 ) -> std::result::Result<std::collections::HashSet<String>, sqlx::Error> {
-    let col = |f: fn(&CapturedLetter) -> Option<String>| rows.iter().map(f).collect::<Vec<_>>();
+    // Every column bound as one array of borrowed values: no copy of the bodies.
+    let text =
+        |f: for<'a> fn(&'a CapturedLetter) -> &'a str| rows.iter().map(f).collect::<Vec<_>>();
+    let opt = |f: for<'a> fn(&'a CapturedLetter) -> &'a Option<String>| {
+        rows.iter()
+            .map(|r| f(r).as_deref())
+            .collect::<Vec<Option<&str>>>()
+    };
     let attempts: Vec<i32> = rows
         .iter()
         .map(|r| i32::try_from(r.row.attempts).unwrap_or(i32::MAX))
@@ -617,28 +624,28 @@ async fn insert_captured(
              (SELECT 1 FROM dead_letters d WHERE d.capture_key = u.capture_key)) \
          RETURNING id",
     )
-    .bind(col(|r| Some(r.row.id.clone())))
+    .bind(text(|r| &r.row.id))
     .bind(
         rows.iter()
-            .map(|r| r.row.body.clone())
-            .collect::<Vec<Vec<u8>>>(),
+            .map(|r| r.row.body.as_slice())
+            .collect::<Vec<&[u8]>>(),
     )
-    .bind(col(|r| Some(r.row.reason.clone())))
+    .bind(text(|r| &r.row.reason))
     .bind(attempts)
-    .bind(col(|r| Some(r.row.headers_json.clone())))
-    .bind(col(|r| r.row.event_id.clone()))
-    .bind(col(|r| r.row.error.clone()))
-    .bind(col(|r| r.row.producer.clone()))
-    .bind(col(|r| r.row.schema_version.clone()))
-    .bind(col(|r| r.row.source_queue.clone()))
-    .bind(col(|r| r.row.exchange.clone()))
-    .bind(col(|r| r.row.routing_key.clone()))
+    .bind(text(|r| &r.row.headers_json))
+    .bind(opt(|r| &r.row.event_id))
+    .bind(opt(|r| &r.row.error))
+    .bind(opt(|r| &r.row.producer))
+    .bind(opt(|r| &r.row.schema_version))
+    .bind(opt(|r| &r.row.source_queue))
+    .bind(opt(|r| &r.row.exchange))
+    .bind(opt(|r| &r.row.routing_key))
     .bind(
         rows.iter()
             .map(|r| r.row.dead_lettered_at)
             .collect::<Vec<_>>(),
     )
-    .bind(col(|r| Some(r.capture_key.clone())))
+    .bind(text(|r| &r.capture_key))
     .bind(rows.iter().map(|r| r.redelivered).collect::<Vec<bool>>())
     .fetch_all(&mut *conn)
     .await?;
