@@ -43,7 +43,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let d = d?;
         got += 1;
         bytes += d.data.len();
-        if got % batch == 0 || got == n {
+        if got.is_multiple_of(batch) || got == n {
             ch.basic_ack(d.delivery_tag, BasicAckOptions { multiple: true })
                 .await?;
         }

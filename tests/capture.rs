@@ -107,7 +107,7 @@ impl Dlx {
                         })
                         .await
                         .unwrap();
-                } else if refused % 250 == 0 || refused == n {
+                } else if refused.is_multiple_of(250) || refused == n {
                     ch.basic_nack(
                         d.delivery_tag,
                         BasicNackOptions {
@@ -298,7 +298,7 @@ fn quorum_delivery_limit_is_retries_exhausted_and_a_quorum_dead_letter_queue_wor
         let quorum = ("x-queue-type", s("quorum"));
         let dlx = Dlx::new(
             &[quorum.clone(), ("x-delivery-limit", AMQPValue::LongInt(2))],
-            &[quorum.clone()],
+            std::slice::from_ref(&quorum),
         );
         dlx.publish(
             br#"{"event_id":"evt-q","amount":1}"#,

@@ -51,7 +51,9 @@ fn seed_rabbitmq_dead_letters(rabbit: &Rabbit) {
         let mut args = FieldTable::default();
         args.insert("x-dead-letter-exchange".into(), text(""));
         args.insert("x-dead-letter-routing-key".into(), text(PAYMENTS_DLQ));
-        ch.queue_declare(PAYMENTS.into(), durable, args).await.unwrap();
+        ch.queue_declare(PAYMENTS.into(), durable, args)
+            .await
+            .unwrap();
         for (n, amount) in [(1001, "12,50"), (1002, "7,10"), (1003, "99,00")] {
             let mut headers = FieldTable::default();
             headers.insert("x-producer".into(), text("payments-api"));
@@ -62,9 +64,8 @@ fn seed_rabbitmq_dead_letters(rabbit: &Rabbit) {
                     "ValueError: could not convert string to float: '{amount}'"
                 )),
             );
-            let body = format!(
-                r#"{{"event_id":"evt-pay-{n}","amount":"{amount}","currency":"EUR"}}"#
-            );
+            let body =
+                format!(r#"{{"event_id":"evt-pay-{n}","amount":"{amount}","currency":"EUR"}}"#);
             ch.basic_publish(
                 "".into(),
                 PAYMENTS.into(),
