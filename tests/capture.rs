@@ -58,6 +58,12 @@ impl Dlx {
     /// dead-lettered at once, in batches as a failing consumer under load does; true:
     /// they come back until the queue's delivery limit dead-letters them).
     fn refuse(&self, n: usize, requeue: bool) {
+        self.refuse_only(n, requeue);
+        wait_for(&self.rabbit, &self.dlq, n as u32);
+    }
+
+    /// [`Dlx::refuse`] without waiting for the dead-letter queue to hold them.
+    fn refuse_only(&self, n: usize, requeue: bool) {
         let r = &self.rabbit;
         r.block_on(async {
             let ch = r.channel();
@@ -123,7 +129,6 @@ impl Dlx {
                 .await
                 .unwrap();
         });
-        wait_for(&self.rabbit, &self.dlq, n as u32);
     }
 }
 
@@ -702,4 +707,89 @@ fn a_missing_queue_or_schema_is_one_clear_line() {
     let r = capture(&bare, &["--queue", "anything"]);
     assert_eq!(r.code, 1, "{}", r.all());
     assert!(r.stderr.contains("dlq migrate"), "{}", r.stderr);
+}
+
+#[test]
+fn sigkill_on_a_quorum_dead_letter_queue_then_a_rerun_stores_each_message_once() {
+    // A quorum queue writes its own x-delivery-count on each redelivery: the capture key
+    // must not see it, and attempts must not take it.
+    let db = TestDb::migrated(Backend::Sqlite);
+    let dlx = Dlx::new(&[], &[("x-queue-type", s("quorum"))]);
+    let n = 2000;
+    fill(&dlx, n);
+    let mut child = db
+        .cmd()
+        .args(["capture", "--queue", &dlx.dlq, "--batch", "50"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_until("a few batches", 60, || rows(&db) >= 300);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let r = capture(&db, &["--queue", &dlx.dlq]);
+    assert_eq!(r.code, 0, "{}", r.all());
+    assert_exactly_once(&db, n as i64);
+    assert_eq!(dlx.rabbit.count(&dlx.dlq), 0);
+    assert_eq!(
+        db.scalar("SELECT count(*) FROM dead_letters WHERE attempts <> 1"),
+        0,
+        "each was rejected once, whatever the dead-letter queue counted"
+    );
+}
+
+fn consumers(r: &Rabbit, queue: &str) -> u32 {
+    r.block_on(r.channel().queue_declare(
+        queue.into(),
+        QueueDeclareOptions {
+            passive: true,
+            ..Default::default()
+        },
+        FieldTable::default(),
+    ))
+    .unwrap()
+    .consumer_count()
+}
+
+#[test]
+fn one_capture_per_queue_and_no_password_in_errors() {
+    let db = TestDb::migrated(Backend::Sqlite);
+    let dlx = Dlx::new(&[], &[]);
+    let child = db
+        .cmd()
+        .args(["capture", "--queue", &dlx.dlq, "--follow"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_until("the first capture consuming", 30, || {
+        consumers(&dlx.rabbit, &dlx.dlq) == 1
+    });
+    let r = capture(&db, &["--queue", &dlx.dlq, "--follow"]);
+    assert_eq!(r.code, 1, "{}", r.all());
+    assert!(r.stderr.contains("already has a consumer"), "{}", r.stderr);
+
+    // Messages arriving while it follows are stored as they come.
+    dlx.publish(b"late", BasicProperties::default());
+    dlx.refuse_only(1, false);
+    wait_until("the late one stored", 30, || rows(&db) == 1);
+    signal(&child, "INT");
+    let out = Run::from(child.wait_with_output().unwrap());
+    assert_eq!(out.code, 0, "{}", out.all());
+    assert_eq!(out.json()["captured"], 1);
+
+    let r = db.dlq_env(
+        &["capture", "--queue", &dlx.dlq],
+        &[(
+            "DLQ_AMQP_URL",
+            "amqp://guest:s3cr%40t-pw@127.0.0.1:5672/%2f",
+        )],
+    );
+    assert_eq!(r.code, 1, "{}", r.all());
+    assert!(r.stderr.contains("refused the login"), "{}", r.stderr);
+    assert!(
+        !r.all().contains("s3cr") && !r.all().contains("t-pw"),
+        "{}",
+        r.all()
+    );
 }
