@@ -40,6 +40,10 @@ use tokio::time::{timeout, Instant};
 /// The largest body stored unless told otherwise (`--max-body-bytes`).
 pub const DEFAULT_MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
 
+/// A batch is committed once its bodies reach this many bytes, even if it is not full:
+/// bounds a transaction (and a PostgreSQL statement) when messages are large.
+pub const MAX_BATCH_BYTES: usize = 32 * 1024 * 1024;
+
 /// The header a parked message gets, saying why it could not be stored.
 pub const PARK_ERROR_HEADER: &str = "x-dlq-capture-error";
 
@@ -342,7 +346,7 @@ pub fn to_letter(
     let death_reason = field("reason").and_then(text);
     let reason = match (reason_override, &death_reason) {
         (Some(r), _) => r.to_string(),
-        (None, Some(r)) => map_reason(r),
+        (None, Some(r)) => derived_text(map_reason(r)),
         (None, None) => "unknown".to_string(),
     };
     // Deliveries a consumer took before the message died: the delivery count when the
@@ -394,9 +398,12 @@ pub fn to_letter(
             headers_json: Value::Object(headers).to_string(),
             event_id,
             error,
-            source_queue: field("queue").and_then(text),
-            exchange: field("exchange").and_then(text).filter(|e| !e.is_empty()),
-            routing_key,
+            source_queue: field("queue").and_then(text).map(derived_text),
+            exchange: field("exchange")
+                .and_then(text)
+                .filter(|e| !e.is_empty())
+                .map(derived_text),
+            routing_key: routing_key.map(derived_text),
             dead_lettered_at,
             ..NewDeadLetter::default()
         },
@@ -675,7 +682,8 @@ async fn run_session(
         let mut interrupted = false;
         let mut lost: Option<String> = None;
         let mut deadline = Instant::now() + if batch.is_empty() { idle } else { opts.linger };
-        while batch.len() < want {
+        let mut bytes: usize = batch.iter().map(|h| h.body.len()).sum();
+        while batch.len() < want && bytes < MAX_BATCH_BYTES {
             tokio::select! {
                 biased;
                 _ = stop.wait_for(|s| *s) => { interrupted = true; break; }
@@ -684,6 +692,7 @@ async fn run_session(
                         if batch.is_empty() {
                             deadline = Instant::now() + opts.linger;
                         }
+                        bytes += h.body.len();
                         batch.push(h);
                     }
                     Err(why) => {
@@ -699,7 +708,7 @@ async fn run_session(
             return Ok(SessionEnd::Lost(why));
         }
         // The broker had no more to give when the wait for a full batch ran out.
-        let drained = batch.len() < want && !interrupted;
+        let drained = batch.len() < want && bytes < MAX_BATCH_BYTES && !interrupted;
         if !batch.is_empty() {
             match commit_and_ack(store, session, opts, batch, summary, parker, on_event).await? {
                 Some(why) => return Ok(SessionEnd::Lost(why)),
