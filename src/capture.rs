@@ -33,6 +33,7 @@ use lapin::{BasicProperties, Channel, Connection};
 use serde::Serialize;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::{timeout, Instant};
@@ -222,6 +223,17 @@ pub fn map_reason(x_death_reason: &str) -> String {
 /// `x-death` and so the time of each death, and its `message_id`, `correlation_id`,
 /// `timestamp`, `type` and `app_id` properties. Each part is length-prefixed.
 pub fn capture_key(body: &[u8], headers: &Map<String, Value>, props: &BasicProperties) -> String {
+    let stable: Map<String, Value> = headers
+        .iter()
+        .filter(|(k, _)| !REDELIVERY_HEADERS.contains(&k.as_str()))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    key_of(body, &canonical_json(&Value::Object(stable)), props)
+}
+
+/// [`capture_key`] from the headers already as canonical JSON, without the redelivery
+/// headers.
+fn key_of(body: &[u8], stable_headers_json: &str, props: &BasicProperties) -> String {
     let mut h = Sha256::new();
     let mut part = |b: &[u8]| {
         h.update((b.len() as u64).to_le_bytes());
@@ -229,12 +241,7 @@ pub fn capture_key(body: &[u8], headers: &Map<String, Value>, props: &BasicPrope
     };
     part(b"dlq-capture-v1");
     part(body);
-    let stable: Map<String, Value> = headers
-        .iter()
-        .filter(|(k, _)| !REDELIVERY_HEADERS.contains(&k.as_str()))
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    part(canonical_json(&Value::Object(stable)).as_bytes());
+    part(stable_headers_json.as_bytes());
     let s = |v: &Option<ShortString>| v.as_ref().map(|s| s.as_str().to_string());
     for p in [
         s(props.message_id()),
@@ -387,7 +394,16 @@ pub fn to_letter(
     } else {
         message_id.map(derived_text)
     };
-    let key = capture_key(body, &headers, props);
+    // Built from the (sorted) field table, the stored JSON is already canonical.
+    let headers_json = Value::Object(headers).to_string();
+    let key = if REDELIVERY_HEADERS
+        .iter()
+        .any(|h| table.inner().contains_key(*h))
+    {
+        capture_key(body, &headers_to_json(table), props)
+    } else {
+        key_of(body, &headers_json, props)
+    };
     CapturedLetter {
         row: NewDeadLetter {
             line: 0,
@@ -395,7 +411,7 @@ pub fn to_letter(
             body: body.to_vec(),
             reason,
             attempts,
-            headers_json: Value::Object(headers).to_string(),
+            headers_json,
             event_id,
             error,
             source_queue: field("queue").and_then(text).map(derived_text),
@@ -450,7 +466,7 @@ fn broker_text(e: &lapin::Error) -> String {
 /// Runs `dlq capture`. `stop` turns true on SIGINT / SIGTERM: the batch in hand is
 /// committed and acked, then the run ends.
 pub async fn capture(
-    store: &dyn Store,
+    store: Arc<dyn Store>,
     opts: &CaptureOptions,
     mut stop: watch::Receiver<bool>,
     mut on_event: impl FnMut(Event<'_>),
@@ -484,7 +500,7 @@ pub async fn capture(
                     host: &session.host,
                 });
                 let end = run_session(
-                    store,
+                    &store,
                     &session,
                     opts,
                     &mut stop,
@@ -653,9 +669,18 @@ async fn open_session(
     }))
 }
 
+/// A batch being stored by its own task, and how many messages it holds.
+type StoreTask = (tokio::task::JoinHandle<Result<StoredBatch>>, usize);
+
+async fn joined(task: StoreTask) -> Result<StoredBatch> {
+    task.0
+        .await
+        .map_err(|e| DlqError::other(format!("storing a batch failed: {e}")))?
+}
+
 #[allow(clippy::too_many_arguments)]
 async fn run_session(
-    store: &dyn Store,
+    store: &Arc<dyn Store>,
     session: &Session,
     opts: &CaptureOptions,
     stop: &mut watch::Receiver<bool>,
@@ -668,12 +693,33 @@ async fn run_session(
     let idle = opts.linger.max(Duration::from_millis(100));
     // Deliveries taken while making sure the queue is empty: they start the next batch.
     let mut carried: Vec<Held> = Vec::new();
+    // The batch being stored while the next one is received. It is acked (settled) before
+    // the next one is stored, so acks go out in delivery order.
+    let mut inflight: Option<StoreTask> = None;
+    let spawn_store = |batch: Vec<Held>| -> StoreTask {
+        let n = batch.len();
+        let task = tokio::spawn(store_batch(
+            store.clone(),
+            opts.reason.clone(),
+            opts.max_body_bytes,
+            batch,
+        ));
+        (task, n)
+    };
     loop {
+        let in_flight = inflight.as_ref().map_or(0, |t| t.1 as u64);
         let remaining = opts
             .max
-            .map(|m| m.saturating_sub(summary.handled()))
+            .map(|m| m.saturating_sub(summary.handled() + in_flight))
             .unwrap_or(u64::MAX);
-        if remaining == 0 {
+        if remaining == 0 && carried.is_empty() {
+            if let Some(task) = inflight.take() {
+                let stored = joined(task).await;
+                if let Some(why) = settle(session, opts, stored, summary, parker, on_event).await? {
+                    return Ok(SessionEnd::Lost(why));
+                }
+                on_event(Event::Batch(summary));
+            }
             cancel(session, opts).await;
             return Ok(SessionEnd::Done(Stopped::Max));
         }
@@ -704,18 +750,36 @@ async fn run_session(
             }
         }
         if let Some(why) = lost {
-            // Nothing of the batch in hand is committed or acked: the broker has them all.
+            // Nothing of the batch in hand is stored or acked, nor is the one being stored
+            // acked: the broker has them all. Its transaction ends before reconnecting.
+            if let Some(task) = inflight.take() {
+                let _ = joined(task).await;
+            }
             return Ok(SessionEnd::Lost(why));
+        }
+        if let Some(task) = inflight.take() {
+            let stored = joined(task).await;
+            if let Some(why) = settle(session, opts, stored, summary, parker, on_event).await? {
+                return Ok(SessionEnd::Lost(why));
+            }
+            *backoff = Duration::from_millis(250);
+            on_event(Event::Batch(summary));
         }
         // The broker had no more to give when the wait for a full batch ran out.
         let drained = batch.len() < want && bytes < MAX_BATCH_BYTES && !interrupted;
+        let last = batch.len() as u64 >= remaining;
         if !batch.is_empty() {
-            match commit_and_ack(store, session, opts, batch, summary, parker, on_event).await? {
-                Some(why) => return Ok(SessionEnd::Lost(why)),
-                None => {
-                    *backoff = Duration::from_millis(250);
-                    on_event(Event::Batch(summary));
+            let task = spawn_store(batch);
+            if drained || interrupted || last {
+                // Nothing more to receive meanwhile: settle it now.
+                let stored = joined(task).await;
+                if let Some(why) = settle(session, opts, stored, summary, parker, on_event).await? {
+                    return Ok(SessionEnd::Lost(why));
                 }
+                *backoff = Duration::from_millis(250);
+                on_event(Event::Batch(summary));
+            } else {
+                inflight = Some(task);
             }
         }
         if interrupted {
@@ -799,29 +863,35 @@ async fn queue_is_empty(session: &Session, opts: &CaptureOptions) -> Result<bool
     }
 }
 
-/// Stores the batch (one transaction), parks what cannot be stored, then acks. `Some`:
-/// the broker or the database went away (nothing of this batch acked).
-async fn commit_and_ack(
-    store: &dyn Store,
-    session: &Session,
-    opts: &CaptureOptions,
+/// A batch after its transaction: what was inserted, found already there, or refused.
+struct StoredBatch {
     batch: Vec<Held>,
-    summary: &mut CaptureSummary,
-    parker: &mut Option<Publisher>,
-    on_event: &mut impl FnMut(Event<'_>),
-) -> Result<Option<String>> {
+    captured: u64,
+    already: u64,
+    /// Index in `batch` and why it cannot be stored.
+    refused: Vec<(usize, String)>,
+}
+
+/// Maps the batch to rows and stores them in one transaction (run as a task of its own,
+/// while the next batch is being received).
+async fn store_batch(
+    store: Arc<dyn Store>,
+    reason: Option<String>,
+    max_body_bytes: usize,
+    batch: Vec<Held>,
+) -> Result<StoredBatch> {
+    let started = Instant::now();
     // Rows for the messages within the body limit; the others are refused up front.
     let mut refused: Vec<(usize, String)> = Vec::new();
     let mut rows: Vec<CapturedLetter> = Vec::with_capacity(batch.len());
     let mut row_of: Vec<Option<usize>> = Vec::with_capacity(batch.len());
     for (i, h) in batch.iter().enumerate() {
-        if h.body.len() > opts.max_body_bytes {
+        if h.body.len() > max_body_bytes {
             refused.push((
                 i,
                 format!(
-                    "its body of {} bytes is over the limit of {} bytes (--max-body-bytes)",
+                    "its body of {} bytes is over the limit of {max_body_bytes} bytes (--max-body-bytes)",
                     h.body.len(),
-                    opts.max_body_bytes
                 ),
             ));
             row_of.push(None);
@@ -831,15 +901,19 @@ async fn commit_and_ack(
                 &h.body,
                 &h.properties,
                 h.redelivered,
-                opts.reason.as_deref(),
+                reason.as_deref(),
             ));
         }
     }
-    let outcomes = match store.capture(&rows).await {
-        Ok(o) => o,
-        Err(e @ (DlqError::SchemaMissing(_) | DlqError::Usage(_))) => return Err(e),
-        Err(e) => return Ok(Some(format!("the database did not take the batch ({e})"))),
-    };
+    let mapped = Instant::now();
+    let outcomes = store.capture(&rows).await;
+    tracing::debug!(
+        messages = batch.len(),
+        map_ms = (mapped - started).as_secs_f64() * 1000.0,
+        store_ms = mapped.elapsed().as_secs_f64() * 1000.0,
+        "batch stored"
+    );
+    let outcomes = outcomes?;
     let mut captured = 0;
     let mut already = 0;
     for (i, slot) in row_of.iter().enumerate() {
@@ -854,6 +928,34 @@ async fn commit_and_ack(
         }
     }
     refused.sort_by_key(|(i, _)| *i);
+    Ok(StoredBatch {
+        batch,
+        captured,
+        already,
+        refused,
+    })
+}
+
+/// After a batch's transaction: parks what could not be stored, then acks the batch.
+/// `Some`: the broker or the database went away (nothing of this batch acked).
+async fn settle(
+    session: &Session,
+    opts: &CaptureOptions,
+    stored: Result<StoredBatch>,
+    summary: &mut CaptureSummary,
+    parker: &mut Option<Publisher>,
+    on_event: &mut impl FnMut(Event<'_>),
+) -> Result<Option<String>> {
+    let StoredBatch {
+        batch,
+        captured,
+        already,
+        refused,
+    } = match stored {
+        Ok(s) => s,
+        Err(e @ (DlqError::SchemaMissing(_) | DlqError::Usage(_))) => return Err(e),
+        Err(e) => return Ok(Some(format!("the database did not take the batch ({e})"))),
+    };
     summary.captured += captured;
     summary.already_there += already;
     if !refused.is_empty() {
@@ -1142,6 +1244,19 @@ mod tests {
             }
             capture_key(body, &headers_to_json(&h), &p)
         };
+        let json = Value::Object(headers_to_json(&headers(None)));
+        assert_eq!(
+            json.to_string(),
+            canonical_json(&json),
+            "built from a field table, the JSON is canonical already"
+        );
+        let direct = to_letter(
+            b"b",
+            &BasicProperties::default().with_headers(headers(None)),
+            false,
+            None,
+        );
+        assert_eq!(direct.capture_key, key(b"b", headers(None), None));
         let k = key(b"b", headers(None), None);
         assert!(k.starts_with("v1:") && k.len() == 67, "{k}");
         assert_eq!(k, key(b"b", headers(None), None), "stable");

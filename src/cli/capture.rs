@@ -25,7 +25,8 @@ pub struct CaptureArgs {
     /// goes away (default: stop when the queue is empty)
     #[arg(long)]
     pub follow: bool,
-    /// Messages stored in one transaction and acked together (the prefetch is twice this)
+    /// Messages stored in one transaction and acked together (the prefetch is three times
+    /// this: one batch is received while the one before is stored)
     #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(1..=10000))]
     pub batch: u64,
     /// Move a message that cannot be stored to this queue (publisher-confirmed, with an
@@ -128,7 +129,7 @@ pub async fn run(ctx: &Ctx, args: CaptureArgs) -> Result<u8> {
     opts.batch = args.batch as usize;
     opts.park_queue = args.park_queue.clone();
     opts.max_body_bytes = args.max_body_bytes;
-    let store = ctx.store_for_run(1).await?;
+    let store: std::sync::Arc<dyn dlq::store::Store> = ctx.store_for_run(1).await?.into();
     store.check_schema().await?;
     let stop = watch_signals();
     let progress = (ctx.format != Format::Json && std::io::stderr().is_terminal()).then(|| {
@@ -145,7 +146,7 @@ pub async fn run(ctx: &Ctx, args: CaptureArgs) -> Result<u8> {
         Some(pb) => pb.println(text),
         None => eprintln!("{text}"),
     };
-    let result = capture(store.as_ref(), &opts, stop, |e| match e {
+    let result = capture(store.clone(), &opts, stop, |e| match e {
         Event::Batch(s) => {
             if let Some(pb) = &progress {
                 pb.set_message(counts(s));
