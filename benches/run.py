@@ -321,7 +321,7 @@ def capture(args, report):
         finally:
             run([QUEUE_TOOL, "delete", work], check=False)
     bare = statistics.median(times["bare"])
-    rows = [f"| bare lapin consumer, prefetch {2 * batch}, one multiple ack per {batch}, stores nothing | {bare:.2f} s | {n / bare:,.0f}/s | | |"]
+    rows = [f"| bare lapin consumer, prefetch {3 * batch}, one multiple ack per {batch}, stores nothing | {bare:.2f} s | {n / bare:,.0f}/s | | |"]
     for name in stores:
         took = statistics.median(times[name])
         per_round = [b / t for b, t in zip(times["bare"], times[name])]

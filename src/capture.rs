@@ -637,9 +637,10 @@ async fn open_session(
         .max
         .map(|m| m.saturating_sub(summary.handled()))
         .unwrap_or(u64::MAX);
-    // Room for the batch being committed and the next one arriving meanwhile; never more
-    // than --max asks for, so that no message is taken only to be handed back.
-    let prefetch = (opts.batch as u64 * 2)
+    // Room for the batch being stored, the one being received and the next one on its
+    // way; never more than --max asks for, so that no message is taken only to be handed
+    // back.
+    let prefetch = (opts.batch as u64 * 3)
         .min(remaining)
         .clamp(1, u16::MAX as u64) as u16;
     match timeout(
