@@ -793,3 +793,101 @@ fn one_capture_per_queue_and_no_password_in_errors() {
         r.all()
     );
 }
+
+#[test]
+fn the_documented_rights_are_enough_even_for_a_redelivered_batch() {
+    // docs/security.md: a PostgreSQL role with the operator's grants, a RabbitMQ user that
+    // may only read the dead-letter queue. The batch is redelivered, so the capture takes
+    // its lock and looks keys up.
+    let db = TestDb::migrated(Backend::Postgres);
+    let dlx = Dlx::new(&[], &[]);
+    for i in 0..3 {
+        dlx.publish(format!("r{i}").as_bytes(), BasicProperties::default());
+    }
+    dlx.refuse(3, false);
+    let r = &dlx.rabbit;
+    r.block_on(async {
+        let ch = r.channel();
+        let mut c = ch
+            .basic_consume(
+                dlx.dlq.as_str().into(),
+                "peek".into(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await
+            .unwrap();
+        let mut last = 0;
+        for _ in 0..3 {
+            last = c.next().await.unwrap().unwrap().delivery_tag;
+        }
+        ch.basic_cancel("peek".into(), BasicCancelOptions::default())
+            .await
+            .unwrap();
+        ch.basic_nack(
+            last,
+            BasicNackOptions {
+                multiple: true,
+                requeue: true,
+            },
+        )
+        .await
+        .unwrap();
+    });
+    wait_for(r, &dlx.dlq, 3);
+
+    let role = unique("dlq_cap_role");
+    let name = db.url.rsplit('/').next().unwrap().to_string();
+    db.sql(&[
+        &format!("CREATE ROLE {role} LOGIN"),
+        &format!(
+            "GRANT SELECT, UPDATE (replayed_at, replay_claim_owner, replay_claim_expires_at, \
+             last_replay_error) ON dead_letters TO {role}"
+        ),
+        &format!("GRANT INSERT ON dead_letters TO {role}"),
+        &format!("GRANT SELECT, INSERT ON dead_letter_history TO {role}"),
+    ]);
+    let user = unique("dlq_cap_user");
+    let ctl = |args: &[&str]| {
+        std::process::Command::new("rabbitmqctl")
+            .args(args)
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    let own_user = ctl(&["add_user", &user, "pw-capture"])
+        && ctl(&[
+            "set_permissions",
+            "-p",
+            "/",
+            &user,
+            "^$",
+            "^$",
+            &format!("^{}$", dlx.dlq),
+        ]);
+    let amqp = if own_user {
+        format!("amqp://{user}:pw-capture@127.0.0.1:5672/%2f")
+    } else {
+        eprintln!("note: rabbitmqctl could not add a user; using guest");
+        AMQP.to_string()
+    };
+    let out = db.dlq_env(
+        &["capture", "--queue", &dlx.dlq],
+        &[
+            (
+                "DLQ_DATABASE_URL",
+                &format!("postgres://{role}@127.0.0.1:5432/{name}"),
+            ),
+            ("DLQ_AMQP_URL", &amqp),
+        ],
+    );
+    if own_user {
+        ctl(&["delete_user", &user]);
+    }
+    db.sql(&[
+        &format!("REVOKE ALL ON dead_letters, dead_letter_history FROM {role}"),
+        &format!("DROP ROLE {role}"),
+    ]);
+    assert_eq!(out.code, 0, "{}", out.all());
+    assert_eq!(out.json()["captured"], 3, "{}", out.stdout);
+    assert_exactly_once(&db, 3);
+}

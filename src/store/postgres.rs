@@ -572,21 +572,29 @@ impl Store for PgStore {
     }
 }
 
-/// A capture transaction. With a redelivered row in the batch it first takes a lock that
-/// waits for every other writer's open transaction to end and keeps new ones out until
-/// this one commits: a capture whose broker connection died while its commit was in
-/// flight has then committed (or not) before this one looks for the key.
+/// The advisory lock that orders capture transactions (any value; "dlq_capt").
+const CAPTURE_LOCK: i64 = 0x646c_715f_6361_7074;
+
+/// A capture transaction. Every one first takes the capture lock shared; one with a
+/// redelivered row takes it exclusive instead, which waits until every other capture
+/// transaction has ended: a capture whose broker connection died while its commit was in
+/// flight has then committed (or not) before this one looks for the key. Advisory locks
+/// need no right on the table beyond the INSERT and SELECT that capture uses anyway.
 async fn begin_capture<'c>(
     pool: &'c PgPool,
     rows: &[CapturedLetter],
 ) -> Result<sqlx::Transaction<'c, sqlx::Postgres>> {
     let mut tx = pool.begin().await.map_err(db_error)?;
-    if rows.iter().any(|r| r.redelivered) {
-        sqlx::query("LOCK TABLE dead_letters IN SHARE ROW EXCLUSIVE MODE")
-            .execute(&mut *tx)
-            .await
-            .map_err(db_error)?;
-    }
+    let lock = if rows.iter().any(|r| r.redelivered) {
+        "SELECT pg_advisory_xact_lock($1)"
+    } else {
+        "SELECT pg_advisory_xact_lock_shared($1)"
+    };
+    sqlx::query(lock)
+        .bind(CAPTURE_LOCK)
+        .execute(&mut *tx)
+        .await
+        .map_err(db_error)?;
     Ok(tx)
 }
 
