@@ -891,3 +891,45 @@ fn the_documented_rights_are_enough_even_for_a_redelivered_batch() {
     assert_eq!(out.json()["captured"], 3, "{}", out.stdout);
     assert_exactly_once(&db, 3);
 }
+
+#[test]
+fn a_locked_sqlite_database_during_follow_loses_nothing_and_doubles_nothing() {
+    // SQLite does not go away like a server, but another writer can hold it for longer
+    // than the lock timeout: each attempt fails, the broker keeps the messages, and the
+    // capture goes on once the lock is released.
+    use sqlx::Connection;
+    let db = TestDb::migrated(Backend::Sqlite);
+    let dlx = Dlx::new(&[], &[]);
+    let n = 300;
+    fill(&dlx, n);
+    let rt = rt();
+    let mut locker = rt
+        .block_on(sqlx::SqliteConnection::connect(&db.url))
+        .unwrap();
+    rt.block_on(sqlx::query("BEGIN IMMEDIATE").execute(&mut locker))
+        .unwrap();
+    let child = db
+        .cmd()
+        .env("DLQ_LOCK_TIMEOUT", "300ms")
+        .args(["capture", "--queue", &dlx.dlq, "--batch", "50", "--follow"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(rows(&db), 0);
+    assert!(
+        dlx.rabbit.count(&dlx.dlq) as usize >= n - 150,
+        "at most a prefetch (3 x 50) is out, unacked"
+    );
+    rt.block_on(sqlx::query("ROLLBACK").execute(&mut locker))
+        .unwrap();
+    wait_until("every message stored", 60, || rows(&db) >= n as i64);
+    wait_until("the queue acked", 30, || dlx.rabbit.count(&dlx.dlq) == 0);
+    signal(&child, "TERM");
+    let out = Run::from(child.wait_with_output().unwrap());
+    assert_eq!(out.code, 0, "{}", out.all());
+    assert!(out.stderr.contains("locked"), "{}", out.stderr);
+    assert!(out.json()["reconnects"].as_i64().unwrap() >= 1);
+    assert_exactly_once(&db, n as i64);
+}
