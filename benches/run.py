@@ -6,7 +6,7 @@ temporary SQLite file, uses uniquely named queues, and removes all of it afterwa
 
   python3 benches/run.py                 # everything, 1,000,000 rows
   python3 benches/run.py --rows 100000   # a quicker look
-  python3 benches/run.py --only replay   # one part: triage | replay | plan
+  python3 benches/run.py --only replay   # one part: triage | replay | plan | capture
 
 Each timing runs the whole command as a separate process, the way an operator runs it,
 and compares it with the equivalent statement run directly by psql / sqlite3 (also a
@@ -30,6 +30,7 @@ PG_ADMIN = ["psql", "-X", "-q", "-h", "127.0.0.1", "-U", "postgres", "-d", "post
 DLQ = os.path.join(ROOT, "target", "release", "dlq")
 QUEUE_TOOL = os.path.join(ROOT, "target", "release", "examples", "queue")
 BARE = os.path.join(ROOT, "target", "release", "examples", "bare_publisher")
+BARE_CONSUMER = os.path.join(ROOT, "target", "release", "examples", "bare_consumer")
 
 
 def run(cmd, env=None, stdin=None, check=True):
@@ -262,6 +263,87 @@ def plan(args, report):
     report.extend(rows)
 
 
+def run_rss(cmd, env=None):
+    """Runs cmd; returns (seconds, peak RSS in MiB, stdout) of that one process."""
+    t = time.perf_counter()
+    p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    out = p.stdout.read()
+    err = p.stderr.read()
+    _, status, usage = os.wait4(p.pid, 0)
+    took = time.perf_counter() - t
+    if os.waitstatus_to_exitcode(status) != 0:
+        sys.exit(f"failed: {' '.join(cmd)}\n{err.decode()}")
+    return took, usage.ru_maxrss / 1024, out
+
+
+def fill_dead_letter_queue(work, dlq, n, size):
+    """Publishes n bodies to a queue whose messages expire at once into dlq (a real x-death
+    each), and waits until dlq holds them."""
+    run([BARE, work, str(n), str(size)])
+    deadline = time.time() + 120
+    while int(run([QUEUE_TOOL, "count", dlq]).stdout.decode().strip()) < n:
+        if time.time() > deadline:
+            sys.exit(f"{dlq} did not fill up")
+        time.sleep(0.1)
+
+
+def capture(args, report):
+    """Rounds of: fill a dead-letter queue and drain it with the bare consumer; fill it
+    again and capture it into PostgreSQL; again into SQLite. Then one capture of a tenth as
+    many and one of twice as many messages per store, for the peak RSS."""
+    n, size, batch = args.capture_messages, 1024, args.capture_batch
+    stores = ("PostgreSQL", "SQLite")
+    times = {"bare": [], **{s: [] for s in stores}}
+    rss = {s: {} for s in stores}
+    with scratch() as (dlq, db, tmp):
+        work = dlq + "-work"
+        run([QUEUE_TOOL, "dead-letter-into", work, dlq])
+        urls = (f"postgres://postgres@127.0.0.1:5432/{db}", f"sqlite://{os.path.join(tmp, 'c.db')}")
+        try:
+            for url in urls:
+                run([DLQ, "migrate"], env=dlq_env(url))
+            for _ in range(args.capture_rounds):
+                fill_dead_letter_queue(work, dlq, n, size)
+                r = run([BARE_CONSUMER, dlq, str(n), str(batch)])
+                times["bare"].append(float(r.stdout.decode().strip()))
+                for name, url in zip(stores, urls):
+                    fill_dead_letter_queue(work, dlq, n, size)
+                    took, peak, out = run_rss([DLQ, "capture", "--queue", dlq, "--batch", str(batch)], dlq_env(url))
+                    assert json.loads(out)["captured"] == n, out
+                    times[name].append(took)
+                    rss[name].setdefault(n, []).append(peak)
+            for k in (n // 10, n * 2):
+                for name, url in zip(stores, urls):
+                    fill_dead_letter_queue(work, dlq, k, size)
+                    _, peak, out = run_rss([DLQ, "capture", "--queue", dlq, "--batch", str(batch)], dlq_env(url))
+                    assert json.loads(out)["captured"] == k, out
+                    rss[name].setdefault(k, []).append(peak)
+        finally:
+            run([QUEUE_TOOL, "delete", work], check=False)
+    bare = statistics.median(times["bare"])
+    rows = [f"| bare lapin consumer, prefetch {3 * batch}, one multiple ack per {batch}, stores nothing | {bare:.2f} s | {n / bare:,.0f}/s | | |"]
+    for name in stores:
+        took = statistics.median(times[name])
+        per_round = [b / t for b, t in zip(times["bare"], times[name])]
+        rows.append(f"| dlq capture into {name} (--batch {batch}) | {took:.2f} s | {n / took:,.0f}/s "
+                    f"| {bare / took:.2f} of bare (target >= 0.5) | {min(per_round):.2f} to {max(per_round):.2f} |")
+    report.append("")
+    report.append(f"Capture of {n:,} dead letters of {size} bytes (each with a real x-death), a new process each; "
+                  f"median of {args.capture_rounds} rounds, each round the bare consumer then dlq on each store:")
+    report.append("")
+    report.append("| what | time | throughput | ratio of medians | ratio per round |")
+    report.append("|---|---|---|---|---|")
+    report.extend(rows)
+    report.append("")
+    sizes = sorted(rss[stores[0]])
+    report.append("Peak RSS of the `dlq capture` process by number of messages captured (median MiB):")
+    report.append("")
+    report.append("| store | " + " | ".join(f"{k:,}" for k in sizes) + " |")
+    report.append("|---|" + "---|" * len(sizes))
+    for name in stores:
+        report.append(f"| {name} | " + " | ".join(f"{statistics.median(rss[name][k]):.1f}" for k in sizes) + " |")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rows", type=int, default=1_000_000)
@@ -270,12 +352,15 @@ def main():
     p.add_argument("--plan-items", type=int, default=10_000)
     p.add_argument("--batch", type=int, default=1000)
     p.add_argument("--plan-rounds", type=int, default=5)
-    p.add_argument("--only", choices=["triage", "replay", "plan"])
+    p.add_argument("--capture-messages", type=int, default=20_000)
+    p.add_argument("--capture-batch", type=int, default=500)
+    p.add_argument("--capture-rounds", type=int, default=3)
+    p.add_argument("--only", choices=["triage", "replay", "plan", "capture"])
     args = p.parse_args()
     run(["cargo", "build", "--quiet", "--release", "--manifest-path", os.path.join(ROOT, "Cargo.toml"),
-         "--bin", "dlq", "--example", "queue", "--example", "bare_publisher"])
+         "--bin", "dlq", "--example", "queue", "--example", "bare_publisher", "--example", "bare_consumer"])
     report = [f"Machine: {machine()}", f"Date: {time.strftime('%Y-%m-%d')}", ""]
-    for part in ("triage", "replay", "plan"):
+    for part in ("triage", "replay", "plan", "capture"):
         if args.only in (None, part):
             globals()[part](args, report)
     print("\n".join(report))

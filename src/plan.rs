@@ -345,6 +345,7 @@ impl<F: FnMut(&ItemReport, &RunSummary)> Run<'_, F> {
 
     async fn worker(&self, broker: &mut Broker) -> Result<()> {
         while let Some(items) = self.take().await {
+            let switches = broker.switches;
             let result = replay(
                 self.store,
                 broker,
@@ -353,6 +354,7 @@ impl<F: FnMut(&ItemReport, &RunSummary)> Run<'_, F> {
                 self.interrupted,
             )
             .await;
+            self.lock().summary.node_switches += broker.switches - switches;
             let reports = match result {
                 Ok(r) => r,
                 Err(e) => {

@@ -291,9 +291,11 @@ impl Broker {
     /// A usable connection, opening a new one if needed (on the next node after one that
     /// was lost).
     pub async fn connect(&mut self, stop: &AtomicBool) -> std::result::Result<(), NoConnection> {
+        let mut lost = None;
         if self.publisher.as_ref().is_some_and(|p| !p.is_usable()) {
             if let Some(p) = self.publisher.take() {
                 if !p.is_connected() {
+                    lost = Some(self.node_name());
                     self.node = (self.node + 1) % self.urls.len();
                 }
                 p.close().await;
@@ -302,7 +304,6 @@ impl Broker {
         if self.publisher.is_some() {
             return Ok(());
         }
-        let was = self.node_name();
         self.connect_early();
         let handle = self.connecting.as_mut().expect("connect_early set it");
         let Some(joined) = unless_stopped(stop, handle).await else {
@@ -312,18 +313,21 @@ impl Broker {
         let joined = joined.unwrap_or_else(|e| Err(format!("connecting to RabbitMQ failed: {e}")));
         self.unreachable = joined.is_err();
         let (node, p) = joined.map_err(NoConnection::Failed)?;
-        if self.urls.len() > 1 && (node != self.node || self.connected_once) {
-            self.switches += usize::from(self.connected_once);
-            tracing::warn!(
-                "connected to node {} (of {}){}",
+        match lost {
+            Some(was) if self.urls.len() > 1 => {
+                self.switches += 1;
+                tracing::warn!(
+                    "the connection to {was} was lost; going on through node {} (of {})",
+                    p.host,
+                    self.urls.len()
+                );
+            }
+            None if !self.connected_once && node != 0 => tracing::warn!(
+                "connected to node {} (of {}): the nodes before it did not answer",
                 p.host,
-                self.urls.len(),
-                if self.connected_once {
-                    format!("; the connection to {was} was lost")
-                } else {
-                    String::new()
-                }
-            );
+                self.urls.len()
+            ),
+            _ => {}
         }
         self.node = node;
         self.connected_once = true;
@@ -473,6 +477,61 @@ fn host_of(uri: &AMQPUri) -> String {
     }
 }
 
+/// How to open a connection to the broker (shared by the publisher and `capture`).
+#[derive(Debug, Clone)]
+pub struct ConnectOptions {
+    pub connect_timeout: Duration,
+    /// Shown in the broker's management UI.
+    pub connection_name: String,
+    pub tls: TlsFiles,
+}
+
+/// Opens one AMQP connection: the URL parsed as [`parse_amqp_url`] does, the TLS files
+/// read, every wait bounded by the connect timeout, errors in one line without the
+/// password. Returns the connection and `host:port` for messages.
+pub async fn open_connection(
+    url: &SecretUrl,
+    opts: &ConnectOptions,
+) -> std::result::Result<(Connection, String), String> {
+    let uri = parse_amqp_url(url).map_err(|e| e.to_string())?;
+    let host = host_of(&uri);
+    let tls = opts.tls.load()?;
+    let props = ConnectionProperties::default()
+        .with_connection_name(LongString::from(opts.connection_name.clone()));
+    let builder = DefaultConnectionBuilder::new()
+        .map_err(|e| format!("no async runtime for the broker connection: {e}"))?
+        .with_uri(uri)
+        .with_properties(props)
+        .with_tls_config(tls);
+    match timeout(opts.connect_timeout, builder.connect()).await {
+        Err(_) => Err(format!(
+            "timed out after {} connecting to RabbitMQ at {host} (unreachable, or the vhost does not exist)",
+            humantime::format_duration(opts.connect_timeout)
+        )),
+        Ok(Err(e)) => Err(describe_connect_error(&e, &host)),
+        Ok(Ok(c)) => Ok((c, host)),
+    }
+}
+
+/// Tries the URLs in order (the nodes of one cluster) and returns the first connection
+/// that opens, with the index of its URL; when none does, the last error.
+pub async fn open_first_connection(
+    urls: &[SecretUrl],
+    opts: &ConnectOptions,
+) -> std::result::Result<(Connection, String, usize), String> {
+    let mut last = "no AMQP URL given".to_string();
+    for (i, url) in urls.iter().enumerate() {
+        match open_connection(url, opts).await {
+            Ok((c, host)) => return Ok((c, host, i)),
+            Err(e) => {
+                tracing::debug!(error = %e, "broker node did not answer");
+                last = e;
+            }
+        }
+    }
+    Err(last)
+}
+
 impl Publisher {
     /// Connects and opens a channel in confirm mode. An error here means nothing was
     /// published: the caller treats it as a certain failure.
@@ -480,27 +539,16 @@ impl Publisher {
         url: &SecretUrl,
         opts: PublisherOptions,
     ) -> std::result::Result<Self, String> {
-        let uri = parse_amqp_url(url).map_err(|e| e.to_string())?;
-        let host = host_of(&uri);
-        let tls = opts.tls.load()?;
-        let props = ConnectionProperties::default()
-            .with_connection_name(LongString::from(opts.connection_name.clone()));
         let deadline = Instant::now() + opts.connect_timeout;
-        let builder = DefaultConnectionBuilder::new()
-            .map_err(|e| format!("no async runtime for the broker connection: {e}"))?
-            .with_uri(uri)
-            .with_properties(props)
-            .with_tls_config(tls);
-        let conn = match timeout(opts.connect_timeout, builder.connect()).await {
-            Err(_) => {
-                return Err(format!(
-                    "timed out after {} connecting to RabbitMQ at {host} (unreachable, or the vhost does not exist)",
-                    humantime::format_duration(opts.connect_timeout)
-                ))
-            }
-            Ok(Err(e)) => return Err(describe_connect_error(&e, &host)),
-            Ok(Ok(c)) => c,
-        };
+        let (conn, host) = open_connection(
+            url,
+            &ConnectOptions {
+                connect_timeout: opts.connect_timeout,
+                connection_name: opts.connection_name.clone(),
+                tls: opts.tls.clone(),
+            },
+        )
+        .await?;
         // A broker under a memory or disk alarm blocks the connection: lapin then holds
         // every frame, so say so at once instead of waiting for the timeout.
         let blocked = || {
@@ -890,7 +938,25 @@ fn to_amqp(v: &serde_json::Value) -> AMQPValue {
             }
             AMQPValue::FieldArray(arr)
         }
-        Value::Object(m) => AMQPValue::FieldTable(to_field_table(m)),
+        Value::Object(m) => match (captured_bytes(m), m.get(crate::capture::TABLE_KEY)) {
+            (Some(bytes), _) => AMQPValue::LongString(LongString::from(bytes)),
+            (None, Some(Value::Object(inner))) if m.len() == 1 => {
+                AMQPValue::FieldTable(to_field_table(inner))
+            }
+            _ => AMQPValue::FieldTable(to_field_table(m)),
+        },
+    }
+}
+
+/// Header bytes that were not UTF-8 when `dlq capture` stored them, as
+/// `{"$bytes": "<base64>"}` (see [`crate::capture::amqp_to_json`]).
+fn captured_bytes(m: &serde_json::Map<String, serde_json::Value>) -> Option<Vec<u8>> {
+    use base64::Engine;
+    match (m.len(), m.get(crate::capture::BYTES_KEY)) {
+        (1, Some(serde_json::Value::String(b64))) => {
+            base64::engine::general_purpose::STANDARD.decode(b64).ok()
+        }
+        _ => None,
     }
 }
 
@@ -956,5 +1022,21 @@ mod tests {
         assert_eq!(h["x-dead-letter-id"], "id1");
         assert_eq!(h["x-replayed-by"], "alice");
         assert_eq!(h["x-dead-letter-reason"], "retries_exhausted");
+    }
+
+    #[test]
+    fn captured_non_utf8_header_bytes_go_back_as_bytes() {
+        let h: serde_json::Map<_, _> =
+            serde_json::from_str(r#"{"raw":{"$bytes":"/wBB"},"t":{"$bytes":"x","other":1}}"#)
+                .unwrap();
+        let t = to_field_table(&h);
+        match t.inner().get("raw") {
+            Some(AMQPValue::LongString(s)) => assert_eq!(s.as_bytes(), &[0xff, 0x00, 0x41]),
+            other => panic!("{other:?}"),
+        }
+        assert!(
+            matches!(t.inner().get("t"), Some(AMQPValue::FieldTable(_))),
+            "only a one-key object is bytes"
+        );
     }
 }

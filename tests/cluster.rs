@@ -73,7 +73,10 @@ impl Cluster {
         // A node that rejoins may report its start late; what the tests check is the
         // run and the queue, not the node's own answer.
         if !out.status.success() {
-            eprintln!("note: {cmd} {node}: {}", String::from_utf8_lossy(&out.stderr));
+            eprintln!(
+                "note: {cmd} {node}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
         }
     }
 }

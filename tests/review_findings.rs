@@ -362,6 +362,12 @@ mod lost_reply {
         async fn close(&self) {
             self.inner.close().await
         }
+        async fn capture(
+            &self,
+            rows: &[dlq::store::CapturedLetter],
+        ) -> dlq::Result<Vec<dlq::store::CaptureOutcome>> {
+            self.inner.capture(rows).await
+        }
     }
 }
 

@@ -8,7 +8,9 @@
 //! `<ID>` a random UUID, `<TIME>` an RFC 3339 time, `<TOKEN>` a claim token, `<N>` a
 //! number, `<...>` anything on the rest of the line; a line `...` stands for any number of
 //! lines. `[exit N]` as the last line expects exit code N (else 0). A page holding
-//! `<!-- runbook-test: empty-directory -->` starts with no database, only the examples file.
+//! `<!-- runbook-test: empty-directory -->` starts with no database, only the examples file;
+//! one holding `<!-- runbook-test: rabbitmq-dead-letters -->` also starts with the
+//! dead letters of [`seed_rabbitmq_dead_letters`] waiting in a RabbitMQ queue.
 //!
 //! `RUNBOOKS_BLESS=1 cargo test --test runbooks` rewrites the pages with the actual output
 //! (times, tokens and random UUIDs replaced by placeholders) for review.
@@ -20,6 +22,81 @@ use std::path::{Path, PathBuf};
 
 /// The queues the example dead letters route to, declared in a vhost of the test's own.
 const QUEUES: [&str; 3] = ["inventory.adjust", "orders.created", "misc"];
+
+/// The work queue and dead-letter queue of runbooks/08-dead-letters-in-a-rabbitmq-queue.md.
+const PAYMENTS: &str = "payments.settle";
+const PAYMENTS_DLQ: &str = "payments.settle.dlq";
+
+/// What happened before the page starts: `payments.settle` dead-letters into
+/// `payments.settle.dlq` (queue arguments), and its consumer rejected three messages, one
+/// a second (so that their x-death times, and the page's lists, have one order).
+fn seed_rabbitmq_dead_letters(rabbit: &Rabbit) {
+    use lapin::options::*;
+    use lapin::types::{AMQPValue, FieldTable, LongString};
+    let text = |s: &str| AMQPValue::LongString(LongString::from(s));
+    let ch = rabbit.channel();
+    rabbit.block_on(async {
+        for q in [PAYMENTS, PAYMENTS_DLQ] {
+            ch.queue_delete(q.into(), QueueDeleteOptions::default())
+                .await
+                .unwrap();
+        }
+        let durable = QueueDeclareOptions {
+            durable: true,
+            ..Default::default()
+        };
+        ch.queue_declare(PAYMENTS_DLQ.into(), durable, FieldTable::default())
+            .await
+            .unwrap();
+        let mut args = FieldTable::default();
+        args.insert("x-dead-letter-exchange".into(), text(""));
+        args.insert("x-dead-letter-routing-key".into(), text(PAYMENTS_DLQ));
+        ch.queue_declare(PAYMENTS.into(), durable, args)
+            .await
+            .unwrap();
+        for (n, amount) in [(1001, "12,50"), (1002, "7,10"), (1003, "99,00")] {
+            let mut headers = FieldTable::default();
+            headers.insert("x-producer".into(), text("payments-api"));
+            headers.insert("x-schema-version".into(), text("2"));
+            headers.insert(
+                "x-exception".into(),
+                text(&format!(
+                    "ValueError: could not convert string to float: '{amount}'"
+                )),
+            );
+            let body =
+                format!(r#"{{"event_id":"evt-pay-{n}","amount":"{amount}","currency":"EUR"}}"#);
+            ch.basic_publish(
+                "".into(),
+                PAYMENTS.into(),
+                BasicPublishOptions::default(),
+                body.as_bytes(),
+                lapin::BasicProperties::default()
+                    .with_delivery_mode(2)
+                    .with_message_id(format!("pay-{n}").into())
+                    .with_headers(headers),
+            )
+            .await
+            .unwrap();
+            let got = loop {
+                let m = ch
+                    .basic_get(PAYMENTS.into(), BasicGetOptions { no_ack: false })
+                    .await
+                    .unwrap();
+                if let Some(m) = m {
+                    break m;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            };
+            got.delivery
+                .acker
+                .reject(BasicRejectOptions { requeue: false })
+                .await
+                .unwrap();
+            tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+        }
+    });
+}
 
 struct Step {
     cmd: String,
@@ -152,6 +229,9 @@ fn run_page(page: &Path, bin_dir: &Path, rabbit: &Rabbit, amqp: &str) -> Vec<Str
     }
     for q in QUEUES {
         rabbit.purge_or_declare(q);
+    }
+    if text.contains("<!-- runbook-test: rabbitmq-dead-letters -->") {
+        seed_rabbitmq_dead_letters(rabbit);
     }
     let sandbox = tempfile::tempdir().unwrap();
     let examples = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples");
@@ -294,7 +374,7 @@ fn runbooks_and_readme_commands_run_and_match() {
         failures.extend(run_page(page, &bin_dir, &rabbit, &vhost.url));
     }
     if !vhost.is_own() {
-        for q in QUEUES {
+        for q in QUEUES.into_iter().chain([PAYMENTS, PAYMENTS_DLQ]) {
             rabbit.delete(q);
         }
     }

@@ -2,6 +2,7 @@
 //! only module that writes to stdout.
 
 mod aggregate;
+mod capture;
 mod claim;
 mod completions;
 mod filters;
@@ -146,6 +147,8 @@ pub enum Command {
     Plan(plan::PlanArgs),
     /// Import dead letters from JSON lines (the shape `show -o json` prints)
     Import(import::ImportArgs),
+    /// Move the messages of a RabbitMQ dead-letter queue into the store
+    Capture(capture::CaptureArgs),
     /// Create or upgrade the schema (safe to run again)
     Migrate(migrate::MigrateArgs),
     /// Print shell completions
@@ -596,6 +599,7 @@ async fn run(ctx: &Ctx, command: Command) -> Result<u8> {
         Command::Resolve(a) => resolve::run(ctx, a).await,
         Command::Plan(a) => plan::run(ctx, a).await,
         Command::Import(a) => import::run(ctx, a).await,
+        Command::Capture(a) => capture::run(ctx, a).await,
         Command::Migrate(a) => migrate::run(ctx, a).await,
         Command::Completions(a) => completions::run(ctx, a),
         Command::Man(a) => man::run(ctx, a),

@@ -53,6 +53,27 @@ pub struct ImportReport {
     pub skipped_existing: u64,
 }
 
+/// A message taken from a RabbitMQ dead-letter queue by `dlq capture`, ready to insert.
+#[derive(Debug, Clone)]
+pub struct CapturedLetter {
+    pub row: NewDeadLetter,
+    /// What identifies the message across redeliveries (docs/capture.md); stored with it.
+    pub capture_key: String,
+    /// The broker flagged the delivery as redelivered: a row may already hold it.
+    pub redelivered: bool,
+}
+
+/// What became of one [`CapturedLetter`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CaptureOutcome {
+    Inserted,
+    /// A redelivery of a message that already has a row: nothing inserted.
+    AlreadyThere,
+    /// The database refused this row (a constraint, a value it cannot hold); the others
+    /// of the batch are unaffected. The text says why.
+    Refused(String),
+}
+
 /// A row selected for a plan: its identity and body hash.
 #[derive(Debug, Clone)]
 pub struct PlanCandidate {
@@ -197,6 +218,13 @@ pub trait Store: Send + Sync {
         limit: i64,
     ) -> Result<Vec<(String, String, DateTime<Utc>)>>;
     async fn close(&self);
+
+    /// `dlq capture`: inserts the rows in one transaction, skipping each redelivered one
+    /// whose capture key already has a row; outcomes in the order of `rows`. A row the
+    /// database refuses is reported [`CaptureOutcome::Refused`] and the others are still
+    /// inserted. An error means nothing may be assumed committed (nor not committed).
+    /// An empty slice writes nothing but checks that the schema has the capture key.
+    async fn capture(&self, rows: &[CapturedLetter]) -> Result<Vec<CaptureOutcome>>;
 }
 
 /// Opens the store named by the URL's scheme: `postgres://`, `postgresql://` or `sqlite:`.
@@ -271,6 +299,25 @@ pub(crate) fn db_error(e: sqlx::Error) -> DlqError {
             DlqError::Unavailable(format!("database: {}", scrub(&e.to_string())))
         }
         other => DlqError::other(format!("database: {}", scrub(&other.to_string()))),
+    }
+}
+
+/// Whether a database error is about one row's values (a constraint, a value the database
+/// cannot hold, a trigger that refused it) rather than the connection or the schema.
+/// `sqlite` picks how to read the error code.
+pub(crate) fn is_row_error(e: &sqlx::Error, sqlite: bool) -> bool {
+    let Some(dbe) = e.as_database_error() else {
+        return false;
+    };
+    let code = dbe.code().map(|c| c.into_owned()).unwrap_or_default();
+    if sqlite {
+        // Extended result codes; the primary one is the low byte: TOOBIG, CONSTRAINT,
+        // MISMATCH.
+        code.parse::<i64>()
+            .is_ok_and(|n| matches!(n & 0xff, 18..=20))
+    } else {
+        // SQLSTATE classes: data exception, integrity constraint, program limit, RAISE.
+        ["22", "23", "54", "P0"].iter().any(|c| code.starts_with(c))
     }
 }
 

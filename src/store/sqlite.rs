@@ -5,9 +5,9 @@
 //! ID sets are bound as one JSON array (`json_each`), so a batch needs one parameter.
 
 use super::{
-    db_error, decode_state, dimension_expr, migration_error, newly_applied, push_filter,
-    state_counts, state_predicate, summary_columns, ImportReport, NewDeadLetter, PlanCandidate,
-    Store, StoreOptions,
+    db_error, decode_state, dimension_expr, is_row_error, migration_error, newly_applied,
+    push_filter, state_counts, state_predicate, summary_columns, CaptureOutcome, CapturedLetter,
+    ImportReport, NewDeadLetter, PlanCandidate, Store, StoreOptions,
 };
 use crate::error::{DlqError, Result};
 use crate::model::{
@@ -690,6 +690,107 @@ impl Store for SqliteStore {
     async fn close(&self) {
         self.pool.close().await;
     }
+
+    async fn capture(&self, rows: &[CapturedLetter]) -> Result<Vec<CaptureOutcome>> {
+        if rows.is_empty() {
+            sqlx::query("SELECT capture_key FROM dead_letters WHERE false")
+                .execute(&self.pool)
+                .await
+                .map_err(self.err())?;
+            return Ok(Vec::new());
+        }
+        // One IMMEDIATE transaction: the write lock is held from the key checks to the
+        // commit, so no other capture can insert the same message in between. Keys are
+        // looked up before anything is inserted, as PostgreSQL's single statement sees
+        // them. Rows go in 100 per INSERT; a refused INSERT undoes only itself (SQLite's
+        // statement-level ABORT), and its rows are then tried one by one.
+        let mut tx = self.begin_write().await?;
+        let mut out: Vec<Option<CaptureOutcome>> = vec![None; rows.len()];
+        let keys: Vec<&str> = rows
+            .iter()
+            .filter(|c| c.redelivered)
+            .map(|c| c.capture_key.as_str())
+            .collect();
+        if !keys.is_empty() {
+            let found: HashSet<String> = sqlx::query_scalar(
+                "SELECT DISTINCT capture_key FROM dead_letters \
+                 WHERE capture_key IN (SELECT value FROM json_each(?1))",
+            )
+            .bind(serde_json::to_string(&keys).unwrap_or_else(|_| "[]".into()))
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(self.err())?
+            .into_iter()
+            .collect();
+            for (o, c) in out.iter_mut().zip(rows) {
+                if c.redelivered && found.contains(&c.capture_key) {
+                    *o = Some(CaptureOutcome::AlreadyThere);
+                }
+            }
+        }
+        let todo: Vec<usize> = (0..rows.len()).filter(|i| out[*i].is_none()).collect();
+        for chunk in todo.chunks(100) {
+            let all: Vec<&CapturedLetter> = chunk.iter().map(|i| &rows[*i]).collect();
+            match insert_captured(&mut tx, &all).await {
+                Ok(()) => {
+                    for i in chunk {
+                        out[*i] = Some(CaptureOutcome::Inserted);
+                    }
+                }
+                Err(e) if is_row_error(&e, true) => {
+                    for i in chunk {
+                        out[*i] = Some(match insert_captured(&mut tx, &[&rows[*i]]).await {
+                            Ok(()) => CaptureOutcome::Inserted,
+                            Err(e) if is_row_error(&e, true) => {
+                                CaptureOutcome::Refused(self.err()(e).to_string())
+                            }
+                            Err(e) => return Err(self.err()(e)),
+                        });
+                    }
+                }
+                Err(e) => return Err(self.err()(e)),
+            }
+        }
+        let out = out
+            .into_iter()
+            .map(|o| o.unwrap_or(CaptureOutcome::AlreadyThere))
+            .collect();
+        tx.commit().await.map_err(self.err())?;
+        Ok(out)
+    }
+}
+
+/// One INSERT of captured rows (a multi-row VALUES list).
+async fn insert_captured(
+    conn: &mut SqliteConnection,
+    rows: &[&CapturedLetter],
+) -> std::result::Result<(), sqlx::Error> {
+    let mut qb = QueryBuilder::new(
+        "INSERT INTO dead_letters (id, body, reason, attempts, headers_json, event_id, error, \
+         producer, schema_version, source_queue, exchange, routing_key, dead_lettered_at, \
+         capture_key) ",
+    );
+    qb.push_values(rows, |mut b, c| {
+        let r = &c.row;
+        b.push_bind(&r.id)
+            .push_bind(&r.body)
+            .push_bind(&r.reason)
+            .push_bind(r.attempts)
+            .push_bind(&r.headers_json)
+            .push_bind(&r.event_id)
+            .push_bind(&r.error)
+            .push_bind(&r.producer)
+            .push_bind(&r.schema_version)
+            .push_bind(&r.source_queue)
+            .push_bind(&r.exchange)
+            .push_bind(&r.routing_key)
+            .push("COALESCE(")
+            .push_bind_unseparated(r.dead_lettered_at.map(to_ms))
+            .push_unseparated(format!(", {NOW_MS})"))
+            .push_bind(&c.capture_key);
+    });
+    qb.build().execute(&mut *conn).await?;
+    Ok(())
 }
 
 #[cfg(test)]

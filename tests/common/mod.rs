@@ -311,6 +311,16 @@ impl Rabbit {
         }
     }
 
+    /// The helper's channel, for tests that drive the broker themselves.
+    pub fn channel(&self) -> &lapin::Channel {
+        &self.channel
+    }
+
+    /// Runs a future on the helper's runtime.
+    pub fn block_on<F: std::future::Future>(&self, f: F) -> F::Output {
+        self.rt.block_on(f)
+    }
+
     pub fn queue_with(&mut self, prefix: &str, args: FieldTable) -> String {
         let name = unique(prefix);
         self.rt
@@ -521,6 +531,9 @@ pub enum OnServerBytes {
     Nothing,
     /// Drop the connection instead of forwarding (the client never sees it).
     Cut(Vec<u8>),
+    /// The same, the first time only (the flag records that it happened): later
+    /// connections, once the test clears `cut`, are forwarded untouched.
+    CutOnce(Vec<u8>, Arc<AtomicBool>),
     /// Cut another proxy first, then forward.
     CutOther(Vec<u8>, Arc<AtomicBool>),
     /// Stop forwarding and hold the connection open, sending nothing (a black hole).
@@ -642,6 +655,10 @@ async fn pipe(
         let seen = |p: &[u8]| buf[..n].windows(p.len()).any(|w| w == p);
         match &hook {
             OnServerBytes::Cut(p) if seen(p) => {
+                cut.store(true, Ordering::SeqCst);
+                break;
+            }
+            OnServerBytes::CutOnce(p, done) if seen(p) && !done.swap(true, Ordering::SeqCst) => {
                 cut.store(true, Ordering::SeqCst);
                 break;
             }

@@ -1,0 +1,194 @@
+//! `dlq capture --queue Q`: the messages of a RabbitMQ dead-letter queue become dead
+//! letters; all the work is [`dlq::capture::capture`].
+
+use super::{Ctx, Format};
+use clap::Args;
+use dlq::capture::{capture, CaptureOptions, CaptureSummary, Event, Stopped};
+use dlq::error::{DlqError, Result};
+use dlq::model::validate_filter_value;
+use dlq::publisher::ConnectOptions;
+use std::io::IsTerminal;
+use std::time::Duration;
+
+#[derive(Debug, Args)]
+pub struct CaptureArgs {
+    /// The RabbitMQ queue holding the dead letters (classic or quorum)
+    #[arg(long)]
+    pub queue: String,
+    /// Store this reason for every message instead of the one mapped from x-death
+    #[arg(long)]
+    pub reason: Option<String>,
+    /// Stop after this many messages
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max: Option<u64>,
+    /// Keep consuming until SIGINT/SIGTERM, reconnecting when the broker or the database
+    /// goes away (default: stop when the queue is empty)
+    #[arg(long)]
+    pub follow: bool,
+    /// Messages stored in one transaction and acked together (the prefetch is three times
+    /// this: one batch is received while the one before is stored)
+    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(1..=10000))]
+    pub batch: u64,
+    /// Move a message that cannot be stored to this queue (publisher-confirmed, with an
+    /// x-dlq-capture-error header) instead of stopping
+    #[arg(long)]
+    pub park_queue: Option<String>,
+    /// Largest body stored; a larger one cannot be stored (bytes, or with KiB / MiB)
+    #[arg(long, default_value = "64MiB", value_parser = parse_size)]
+    pub max_body_bytes: usize,
+}
+
+fn parse_size(s: &str) -> std::result::Result<usize, String> {
+    let t = s.trim();
+    let (num, mult) = if let Some(n) = t.strip_suffix("MiB") {
+        (n, 1024 * 1024)
+    } else if let Some(n) = t.strip_suffix("KiB") {
+        (n, 1024)
+    } else {
+        (t.strip_suffix('B').unwrap_or(t), 1)
+    };
+    num.trim()
+        .parse::<usize>()
+        .ok()
+        .and_then(|n| n.checked_mul(mult))
+        .filter(|n| *n > 0)
+        .ok_or_else(|| {
+            format!("invalid size {s:?}: expected bytes, such as 1048576, 512KiB or 64MiB")
+        })
+}
+
+/// Sends `true` on SIGINT or SIGTERM.
+fn watch_signals() -> tokio::sync::watch::Receiver<bool> {
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        #[cfg(unix)]
+        {
+            let Ok(mut term) =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            else {
+                return;
+            };
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        }
+        #[cfg(not(unix))]
+        let _ = tokio::signal::ctrl_c().await;
+        eprintln!("dlq: interrupted: storing and acking the batch in hand, then stopping");
+        let _ = tx.send(true);
+    });
+    rx
+}
+
+/// One line for stderr: secrets removed, control characters shown escaped.
+fn line(s: &str) -> String {
+    dlq::secret::scrub(s)
+        .chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
+fn counts(s: &CaptureSummary) -> String {
+    format!(
+        "captured {}, already there {}, parked {}",
+        s.captured, s.already_there, s.parked
+    )
+}
+
+pub async fn run(ctx: &Ctx, args: CaptureArgs) -> Result<u8> {
+    validate_filter_value("queue", &args.queue)?;
+    if let Some(r) = &args.reason {
+        validate_filter_value("reason", r)?;
+    }
+    if let Some(p) = &args.park_queue {
+        validate_filter_value("park-queue", p)?;
+        if *p == args.queue {
+            return Err(DlqError::usage(
+                "--park-queue must differ from --queue: a parked message would be taken again",
+            ));
+        }
+    }
+    let amqp = ctx.amqp_urls()?;
+    let who = ctx.operator().unwrap_or_else(|_| "dlq".into());
+    let connect = ConnectOptions {
+        connect_timeout: ctx.global.connect_timeout,
+        connection_name: format!("dlq capture {} by {who}", args.queue),
+        tls: ctx.tls_files(),
+    };
+    let mut opts = CaptureOptions::new(amqp, args.queue.clone(), connect);
+    opts.reason = args.reason.clone();
+    opts.max = args.max;
+    opts.follow = args.follow;
+    opts.batch = args.batch as usize;
+    opts.park_queue = args.park_queue.clone();
+    opts.max_body_bytes = args.max_body_bytes;
+    let store: std::sync::Arc<dyn dlq::store::Store> = ctx.store_for_run(1).await?.into();
+    store.check_schema().await?;
+    let stop = watch_signals();
+    let progress = (ctx.format != Format::Json && std::io::stderr().is_terminal()).then(|| {
+        let pb = indicatif::ProgressBar::new_spinner();
+        pb.set_style(
+            indicatif::ProgressStyle::with_template("{spinner} {elapsed} {msg}")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
+        );
+        pb.enable_steady_tick(Duration::from_millis(200));
+        pb.set_message(format!("consuming {}", line(&args.queue)));
+        pb
+    });
+    let say = |text: String| match &progress {
+        Some(pb) => pb.println(text),
+        None => eprintln!("{text}"),
+    };
+    let result = capture(store.clone(), &opts, stop, |e| match e {
+        Event::Batch(s) => {
+            if let Some(pb) = &progress {
+                pb.set_message(counts(s));
+            }
+        }
+        Event::Parked { why } => say(format!(
+            "dlq: moved a message to {}: {}",
+            line(opts.park_queue.as_deref().unwrap_or_default()),
+            line(why)
+        )),
+        Event::Reconnecting { why, wait } => say(format!(
+            "dlq: {}; trying again in {}",
+            line(why),
+            humantime::format_duration(wait)
+        )),
+        Event::Connected { host } => tracing::info!(%host, "consuming"),
+    })
+    .await;
+    store.close().await;
+    if let Some(pb) = &progress {
+        pb.finish_and_clear();
+    }
+    let summary = result?;
+    match ctx.format {
+        Format::Json => ctx.out.json(&summary),
+        _ => {
+            let end = match summary.stopped {
+                Some(Stopped::Empty) => "the queue is empty",
+                Some(Stopped::Max) => "stopped at --max",
+                Some(Stopped::Interrupted) => "interrupted",
+                None => "stopped",
+            };
+            ctx.out.text(&format!(
+                "{} from {}; {end}\n",
+                counts(&summary),
+                line(&args.queue)
+            ));
+        }
+    }
+    Ok(match summary.stopped {
+        // Without --follow, a run stopped before the queue was empty did not finish.
+        Some(Stopped::Interrupted) if !args.follow => dlq::exit::INTERRUPTED,
+        _ => dlq::exit::OK,
+    })
+}
