@@ -302,3 +302,63 @@ fn a_leader_that_moves_does_not_stall_the_run() {
     assert!(got.values().all(|n| *n == 1));
     eprintln!("leader moved: 2000 items at 400/s took {took:?}");
 }
+
+#[test]
+fn capture_from_a_quorum_queue_survives_the_loss_of_its_node_and_stores_each_message_once() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let cluster = Cluster::up();
+    let mut rabbit = Rabbit::on(&cluster.url(1));
+    let q = quorum_queue(&mut rabbit, "dlq_cluster_capture");
+    for i in 0..3000 {
+        rabbit.publish_raw(&q, format!("{{\"event_id\":\"cap-{i:05}\"}}").as_bytes());
+    }
+    let waited = Instant::now();
+    while rabbit.count(&q) < 3000 {
+        assert!(
+            waited.elapsed() < Duration::from_secs(60),
+            "not all published"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let db = TestDb::migrated(Backend::Postgres);
+    let child = db
+        .cmd()
+        .args([
+            "capture",
+            "--queue",
+            &q,
+            "--follow",
+            "--batch",
+            "50",
+            "--connect-timeout",
+            "3s",
+        ])
+        .env("DLQ_AMQP_URL", cluster.urls())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let rows = || db.scalar("SELECT count(*) FROM dead_letters");
+    let started = Instant::now();
+    while rows() < 500 {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "capture never got going"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    cluster.node("kill", 0);
+    while rows() < 3000 && started.elapsed() < Duration::from_secs(120) {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    signal(&child, "TERM");
+    let r = Run::from(child.wait_with_output().unwrap());
+    assert_eq!(rows(), 3000, "every message stored: {}", r.stderr);
+    let distinct = db.scalar("SELECT count(DISTINCT body) FROM dead_letters");
+    assert_eq!(distinct, 3000, "each message once");
+    assert_eq!(rabbit.count(&q), 0, "and acked");
+    eprintln!(
+        "cluster capture: 3000 messages, node killed, took {:?}",
+        started.elapsed()
+    );
+}
