@@ -1,8 +1,9 @@
-//! The filters shared by `list`, `aggregate` and `plan`.
+//! The filters shared by `list`, `aggregate`, `plan`, `export` and the commands that
+//! change a selection (`resolve`, `discard`, `restore`, `prune`).
 
 use clap::Args;
 use dlq::error::Result;
-use dlq::model::{validate_filter_value, Filter, State};
+use dlq::model::{validate_filter_value, ContentMatch, Filter, State};
 use dlq::timeparse::{parse_time, time_arg};
 
 #[derive(Debug, Args, Clone)]
@@ -31,6 +32,18 @@ pub struct FilterArgs {
     /// Only rows in these states: pending, claimed, uncertain, replayed, discarded (a comma list), or all
     #[arg(long, default_value = "all", value_parser = state_list)]
     pub state: String,
+    /// Only dead letters whose body contains this text, byte for byte (no wildcards)
+    #[arg(long, value_name = "TEXT")]
+    pub grep: Option<String>,
+    /// Only dead letters whose error text contains this text (no wildcards)
+    #[arg(long, value_name = "TEXT")]
+    pub error_contains: Option<String>,
+    /// Only dead letters with this header value, as text (repeatable: all must match)
+    #[arg(long = "header", value_name = "KEY=VALUE")]
+    pub headers: Vec<String>,
+    /// Only JSON bodies with this value at a dotted path, as text: customer.id=c-17 (repeatable)
+    #[arg(long = "field", value_name = "PATH=VALUE")]
+    pub fields: Vec<String>,
 }
 
 /// clap value parser for `--state` (one value holding a comma list), checked now and
@@ -88,7 +101,29 @@ impl FilterArgs {
                 return Err(dlq::DlqError::usage("--since must be before --until"));
             }
         }
+        for (name, v) in [("grep", &self.grep), ("error-contains", &self.error_contains)] {
+            if v.as_deref() == Some("") {
+                return Err(dlq::DlqError::usage(format!(
+                    "--{name} is empty: it would match everything"
+                )));
+            }
+        }
+        let headers = self
+            .headers
+            .iter()
+            .map(|h| ContentMatch::parse("header", h, false))
+            .collect::<Result<Vec<_>>>()?;
+        let fields = self
+            .fields
+            .iter()
+            .map(|f| ContentMatch::parse("field", f, true))
+            .collect::<Result<Vec<_>>>()?;
         Ok(Filter {
+            grep: self.grep.clone(),
+            error_contains: self.error_contains.clone(),
+            headers,
+            fields,
+            settled_before: None,
             reason: self.reason.clone(),
             producer: self.producer.clone(),
             schema_version: self.schema_version.clone(),
