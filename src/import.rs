@@ -321,7 +321,6 @@ fn parse_object(line: usize, obj: &Map<String, Value>) -> Result<NewDeadLetter> 
         discarded_at: opt_time(line, obj, "discarded_at")?,
         discard_note: opt_str(line, obj, "discard_note")?,
         history: history_of(line, obj)?,
-        imported_by: None,
     })
 }
 

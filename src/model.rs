@@ -415,8 +415,6 @@ pub enum Outcome {
     NotRestored,
     /// `note`: a history entry added.
     Noted,
-    /// A history entry of `import` for a row that came without its history.
-    Imported,
 }
 
 impl Outcome {
@@ -440,7 +438,6 @@ impl Outcome {
             Outcome::Restored => "restored",
             Outcome::NotRestored => "not_restored",
             Outcome::Noted => "noted",
-            Outcome::Imported => "imported",
         }
     }
 
@@ -453,8 +450,7 @@ impl Outcome {
             | Outcome::Attempted
             | Outcome::Discarded
             | Outcome::Restored
-            | Outcome::Noted
-            | Outcome::Imported => exit::OK,
+            | Outcome::Noted => exit::OK,
             Outcome::NotReplayed
             | Outcome::NotClaimed
             | Outcome::NotReleased
@@ -479,8 +475,7 @@ impl Outcome {
             | Outcome::Attempted
             | Outcome::Discarded
             | Outcome::Restored
-            | Outcome::Noted
-            | Outcome::Imported => 0,
+            | Outcome::Noted => 0,
             Outcome::NotReplayed
             | Outcome::NotClaimed
             | Outcome::NotReleased
@@ -496,7 +491,7 @@ impl Outcome {
 }
 
 impl Outcome {
-    pub const ALL: [Outcome; 19] = [
+    pub const ALL: [Outcome; 18] = [
         Outcome::Replayed,
         Outcome::Claimed,
         Outcome::Released,
@@ -515,7 +510,6 @@ impl Outcome {
         Outcome::Restored,
         Outcome::NotRestored,
         Outcome::Noted,
-        Outcome::Imported,
     ];
 
     pub fn parse(s: &str) -> Option<Outcome> {

@@ -45,11 +45,9 @@ pub struct NewDeadLetter {
     pub replay_attempt_at: Option<DateTime<Utc>>,
     pub discarded_at: Option<DateTime<Utc>>,
     pub discard_note: Option<String>,
-    /// The row's history, oldest first, as exported; `None`: the input carried none.
+    /// The row's history, oldest first, as exported (restored by `import`); `None`: the
+    /// input carried none.
     pub history: Option<Vec<HistoryEntry>>,
-    /// Who imports: a row that comes without its history gets one `import` entry in this
-    /// name (none when `None`).
-    pub imported_by: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, serde::Serialize)]
@@ -236,10 +234,6 @@ pub trait Store: Send + Sync {
         sink: &mut (dyn FnMut(NewDeadLetter) -> Result<()> + Send),
     ) -> Result<u64>;
 }
-
-/// The detail of the `import` entry of a row imported without its history.
-pub(crate) const IMPORTED_WITHOUT_HISTORY: &str =
-    "imported; the input carried no history for it";
 
 /// A history entry as both stores' export queries render it (JSON, times in ms).
 #[derive(serde::Deserialize)]

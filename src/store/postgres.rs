@@ -8,7 +8,7 @@ use super::{
 use crate::error::{DlqError, Result};
 use crate::model::{
     sha256_hex, token_operator, token_ref, DeadLetter, Dimension, Filter, Group, GroupKey,
-    HistoryEntry, NewHistory, Outcome, State, Summary,
+    HistoryEntry, NewHistory, State, Summary,
 };
 use crate::secret::SecretUrl;
 use async_trait::async_trait;
@@ -208,46 +208,29 @@ fn step_sql(update: &str, n: usize) -> String {
     )
 }
 
-/// The history of an imported row: restored as it was exported, or, when the input
-/// carried none, one `import` entry.
+/// The history of an imported row, restored as it was exported (a row that comes without
+/// its history has none here).
 async fn import_history(
-    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    conn: &mut sqlx::PgConnection,
     r: &NewDeadLetter,
 ) -> std::result::Result<(), sqlx::Error> {
-    match (&r.history, &r.imported_by) {
-        (Some(entries), _) => {
-            for h in entries {
-                sqlx::query(
-                    "INSERT INTO dead_letter_history (dead_letter_id, at, operator, action, \
-                     outcome, detail, target, plan_id, token_ref) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-                )
-                .bind(&r.id)
-                .bind(h.at)
-                .bind(&h.operator)
-                .bind(&h.action)
-                .bind(&h.outcome)
-                .bind(&h.detail)
-                .bind(&h.target)
-                .bind(&h.plan_id)
-                .bind(&h.token_ref)
-                .execute(&mut **tx)
-                .await?;
-            }
-        }
-        (None, Some(operator)) => {
-            sqlx::query(
-                "INSERT INTO dead_letter_history (dead_letter_id, operator, action, outcome, detail) \
-                 VALUES ($1, $2, 'import', $3, $4)",
-            )
-            .bind(&r.id)
-            .bind(operator)
-            .bind(Outcome::Imported.as_str())
-            .bind(super::IMPORTED_WITHOUT_HISTORY)
-            .execute(&mut **tx)
-            .await?;
-        }
-        (None, None) => {}
+    for h in r.history.as_deref().unwrap_or_default() {
+        sqlx::query(
+            "INSERT INTO dead_letter_history (dead_letter_id, at, operator, action, \
+             outcome, detail, target, plan_id, token_ref) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+        )
+        .bind(&r.id)
+        .bind(h.at)
+        .bind(&h.operator)
+        .bind(&h.action)
+        .bind(&h.outcome)
+        .bind(&h.detail)
+        .bind(&h.target)
+        .bind(&h.plan_id)
+        .bind(&h.token_ref)
+        .execute(&mut *conn)
+        .await?;
     }
     Ok(())
 }
@@ -846,7 +829,6 @@ impl Store for PgStore {
                         discarded_at: t("discarded_at")?,
                         discard_note: row.try_get("discard_note")?,
                         history: None,
-                        imported_by: None,
                     })
                 })()
                 .map_err(db_error)?;
