@@ -206,9 +206,8 @@ fn history_of(line: usize, obj: &Map<String, Value>) -> Result<Option<Vec<Histor
         };
         let field = |name: &str| format!("history[{i}].{name}");
         let text = |name: &str| -> Result<Option<String>> {
-            opt_str(line, e, name).map_err(|_| {
-                bad(line, &field(name), "expected a string or null without NUL")
-            })
+            opt_str(line, e, name)
+                .map_err(|_| bad(line, &field(name), "expected a string or null without NUL"))
         };
         let required = |name: &str| -> Result<String> {
             text(name)?

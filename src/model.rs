@@ -119,19 +119,13 @@ impl ContentMatch {
     pub fn parse(flag: &str, s: &str, dotted: bool) -> Result<ContentMatch> {
         let what = if dotted { "PATH=VALUE" } else { "KEY=VALUE" };
         let Some((key, value)) = s.split_once('=') else {
-            return Err(DlqError::usage(format!(
-                "--{flag} {s:?}: expected {what}"
-            )));
+            return Err(DlqError::usage(format!("--{flag} {s:?}: expected {what}")));
         };
         let m = ContentMatch {
             key: key.to_string(),
             value: value.to_string(),
         };
-        let segments: Vec<&str> = if dotted {
-            m.path()
-        } else {
-            vec![key]
-        };
+        let segments: Vec<&str> = if dotted { m.path() } else { vec![key] };
         for seg in segments {
             if seg.is_empty() {
                 return Err(DlqError::usage(format!(

@@ -816,7 +816,9 @@ fn number_to_amqp(n: &serde_json::Number) -> AMQPValue {
     }
     let whole = !text.contains(['.', 'e', 'E']);
     match text.parse::<f64>() {
-        Ok(f) if !whole && f.is_finite() && significant(&text) == significant(&format!("{f:e}")) => {
+        Ok(f)
+            if !whole && f.is_finite() && significant(&text) == significant(&format!("{f:e}")) =>
+        {
             AMQPValue::Double(f)
         }
         _ => AMQPValue::LongString(LongString::from(text)),
@@ -837,7 +839,10 @@ fn significant(text: &str) -> (bool, String, i64) {
     let (int, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
     let all = format!("{int}{frac}");
     let lead = all.len() - all.trim_start_matches('0').len();
-    let digits = all.trim_start_matches('0').trim_end_matches('0').to_string();
+    let digits = all
+        .trim_start_matches('0')
+        .trim_end_matches('0')
+        .to_string();
     if digits.is_empty() {
         return (false, digits, 0);
     }

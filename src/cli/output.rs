@@ -57,6 +57,12 @@ impl Out {
     pub fn text(&self, text: &str) {
         self.write(text);
     }
+
+    /// A buffered stdout for a stream too long to hold (`export`); the caller handles
+    /// write errors (a full disk must not pass for a finished export).
+    pub fn stream(&self) -> std::io::BufWriter<std::io::Stdout> {
+        std::io::BufWriter::with_capacity(256 * 1024, std::io::stdout())
+    }
 }
 
 /// Shortens `s` to `max` characters with an ellipsis, on one line.

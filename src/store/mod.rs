@@ -264,7 +264,11 @@ pub(crate) fn parse_history_json(json: Option<&str>) -> Result<Vec<HistoryEntry>
             action: h.action,
             outcome: h.outcome,
             detail: h.detail,
-            token_ref: h.token.as_deref().map(crate::model::token_ref).or(h.token_ref),
+            token_ref: h
+                .token
+                .as_deref()
+                .map(crate::model::token_ref)
+                .or(h.token_ref),
             target: h.target,
             plan_id: h.plan_id,
         })

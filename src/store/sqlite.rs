@@ -799,9 +799,7 @@ impl Store for SqliteStore {
              WHERE {IN_IDS} AND {} RETURNING id",
             state_predicate(State::Pending, NOW_MS)
         );
-        let query = sqlx::query(&sql)
-            .bind(ids_json(ids))
-            .bind(note.to_string());
+        let query = sqlx::query(&sql).bind(ids_json(ids)).bind(note.to_string());
         self.step(query, history).await
     }
 
@@ -844,12 +842,9 @@ impl Store for SqliteStore {
         };
         let mut qb = QueryBuilder::new("DELETE FROM dead_letters");
         push_where(&mut qb, filter);
-        match after {
-            Some(a) => {
-                qb.push(" AND id > ");
-                qb.push_bind(a.to_string());
-            }
-            None => {}
+        if let Some(a) = after {
+            qb.push(" AND id > ");
+            qb.push_bind(a.to_string());
         }
         qb.push(" AND id <= ");
         qb.push_bind(last.clone());
@@ -860,9 +855,10 @@ impl Store for SqliteStore {
             .await
             .map_err(self.err())?;
         if !deleted.is_empty() {
-            sqlx::query(&format!(
-                "DELETE FROM dead_letter_history WHERE dead_letter_id IN (SELECT value FROM json_each(?1))"
-            ))
+            sqlx::query(
+                "DELETE FROM dead_letter_history \
+                 WHERE dead_letter_id IN (SELECT value FROM json_each(?1))",
+            )
             .bind(ids_json(&deleted))
             .execute(&mut *tx)
             .await
