@@ -92,12 +92,18 @@ pub fn read_lines<R: BufRead>(mut input: R) -> Result<Vec<NewDeadLetter>> {
     let values = serde_json::Deserializer::from_reader(tracker).into_iter::<Value>();
     for value in values {
         let value = value.map_err(|e| {
+            let p = pos.borrow();
             if e.is_io() {
                 DlqError::usage(format!("{e} (nothing was imported)"))
-            } else {
+            } else if p.between {
                 DlqError::usage(format!(
                     "line {}: not valid JSON: {e} (nothing was imported)",
                     e.line()
+                ))
+            } else {
+                DlqError::usage(format!(
+                    "line {}: not valid JSON: {e} (nothing was imported)",
+                    p.start_line
                 ))
             }
         })?;
@@ -282,19 +288,15 @@ fn parse_object(line: usize, obj: &Map<String, Value>) -> Result<NewDeadLetter> 
         (Some(other), _) if !other.is_null() => {
             return Err(bad(line, "headers", "expected a JSON object"))
         }
-        (_, Some(Value::String(s))) => match serde_json::from_str::<Value>(s) {
-            Ok(Value::Object(_)) => {
-                no_nul(line, "headers_json", s)?;
-                s.clone()
-            }
-            _ => {
-                return Err(bad(
-                    line,
-                    "headers_json",
-                    "expected a string holding a JSON object",
-                ))
-            }
-        },
+        // The stored text, kept as it is (an export writes it where the headers a worker
+        // stored are not a JSON object).
+        (_, Some(Value::String(s))) => {
+            no_nul(line, "headers_json", s)?;
+            s.clone()
+        }
+        (_, Some(other)) if !other.is_null() => {
+            return Err(bad(line, "headers_json", "expected a string"))
+        }
         _ => "{}".to_string(),
     };
     Ok(NewDeadLetter {
