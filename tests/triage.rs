@@ -400,7 +400,7 @@ fn export_import_export_is_identical_from_postgres_to_sqlite_and_back() {
     let r = pg2.dlq_stdin(&["import", "-"], e2.as_bytes());
     assert_eq!(r.code, 0, "{}", r.all());
     let e3 = export(&pg2);
-    assert_eq!(e1.lines().count(), 29 + 8 + 1);
+    assert_eq!(e1.lines().count(), 33 + 8 + 1);
     for (a, b) in e1.lines().zip(e2.lines()) {
         assert_eq!(a, b, "PostgreSQL → SQLite");
     }
@@ -465,7 +465,7 @@ fn export_import_export_is_identical_from_postgres_to_sqlite_and_back() {
     assert_eq!(r.code, 2, "{}", r.all());
     let r = sq.dlq_stdin(&["import", "--skip-existing", "-"], e1.as_bytes());
     assert_eq!(r.code, 0, "{}", r.all());
-    assert_eq!(r.json()["skipped_existing"], 38);
+    assert_eq!(r.json()["skipped_existing"], 42);
     assert_eq!(export(&sq), e2, "nothing changed");
 }
 
@@ -599,7 +599,7 @@ fn plans_are_bound_to_their_database_sealed_and_say_when_cut() {
                 .as_array()
                 .unwrap()
                 .len(),
-            29
+            33
         );
     }
     // Edited plans: filters, an item, the count.
