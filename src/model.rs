@@ -162,15 +162,16 @@ impl ContentMatch {
     }
 
     /// Texts that a matching document holds, byte for byte, unless it spells them with a
-    /// JSON escape (then it holds a backslash): a cheap test that rules out most rows
-    /// before any JSON is parsed, and never a matching one.
+    /// JSON escape (then it holds a backslash): the last key in quotes, and a scalar
+    /// value as typed. A cheap test that rules out most rows before any JSON is parsed,
+    /// and never a matching one.
     pub fn needles(&self, dotted: bool) -> Vec<String> {
         let key = if dotted {
             self.path().last().copied().unwrap_or_default()
         } else {
             self.key.as_str()
         };
-        let mut out = vec![key.to_string()];
+        let mut out = vec![format!("\"{key}\"")];
         if self.value_json().is_none() && !self.value.is_empty() {
             out.push(self.value.clone());
         }

@@ -68,28 +68,29 @@ fn push_where(qb: &mut QueryBuilder<'_, sqlx::Sqlite>, f: &Filter) {
         qb.push_bind(e.clone());
         qb.push(") > 0");
     }
+    // The byte tests come first: SQLite evaluates AND from the left and stops early.
     for m in &f.headers {
-        qb.push(" AND CASE WHEN json_valid(headers_json)");
+        qb.push(" AND CASE WHEN 1");
         for n in m.needles(false) {
             qb.push(" AND (instr(headers_json, ");
             qb.push_bind(n);
             qb.push(") > 0 OR instr(headers_json, '\\') > 0)");
         }
-        qb.push(" THEN");
+        qb.push(" AND json_valid(headers_json) THEN");
         push_json_match(qb, "headers_json", &[m.key.as_str()], m);
         qb.push(" ELSE 0 END");
     }
     for m in &f.fields {
-        qb.push(
-            " AND CASE WHEN json_valid(CAST(body AS TEXT)) \
-             AND json_type(CAST(body AS TEXT)) = 'object'",
-        );
+        qb.push(" AND CASE WHEN 1");
         for n in m.needles(true) {
             qb.push(" AND (instr(body, ");
             qb.push_bind(n.into_bytes());
             qb.push(") > 0 OR instr(body, X'5c') > 0)");
         }
-        qb.push(" THEN");
+        qb.push(
+            " AND json_valid(CAST(body AS TEXT)) \
+             AND json_type(CAST(body AS TEXT)) = 'object' THEN",
+        );
         push_json_match(qb, "CAST(body AS TEXT)", &m.path(), m);
         qb.push(" ELSE 0 END");
     }
