@@ -48,7 +48,9 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// Reads a plan file (`-`: stdin), refusing one that lists an ID twice.
+    /// Reads a plan file (`-`: stdin), refusing one that lists an ID twice, whose count
+    /// disagrees with its items, or whose digest does not match (edited, or made by an
+    /// older `dlq`). See [`Plan::load`] for the database check.
     pub fn read(path: &std::path::Path) -> Result<Plan> {
         let text = if path.as_os_str() == "-" {
             std::io::read_to_string(std::io::stdin())
