@@ -33,14 +33,16 @@ pub async fn run(ctx: &Ctx, args: ExportArgs) -> Result<u8> {
     let result = store.export(&filter, &mut sink).await;
     store.close().await;
     let flushed = out.flush();
-    match result {
-        // The reader went away (`dlq export | head`): not an error, as for `list`.
-        Err(_) if closed => return Ok(dlq::exit::OK),
-        Err(e) => return Err(e),
-        Ok(n) => {
-            flushed.map_err(|e| DlqError::other(format!("cannot write the export: {e}")))?;
+    // The reader went away (`dlq export | head`): not an error, as for `list`.
+    let closed_pipe = |e: &std::io::Error| e.kind() == std::io::ErrorKind::BrokenPipe;
+    match (result, flushed) {
+        (Err(_), _) if closed => Ok(dlq::exit::OK),
+        (Err(e), _) => Err(e),
+        (Ok(_), Err(e)) if closed_pipe(&e) => Ok(dlq::exit::OK),
+        (Ok(_), Err(e)) => Err(DlqError::other(format!("cannot write the export: {e}"))),
+        (Ok(n), Ok(())) => {
             eprintln!("exported {} dead letters", thousands(n as i64));
+            Ok(dlq::exit::OK)
         }
     }
-    Ok(dlq::exit::OK)
 }
