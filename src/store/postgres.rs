@@ -15,7 +15,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use futures_util::TryStreamExt;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
-use sqlx::{QueryBuilder, Row};
+use sqlx::{ConnectOptions, QueryBuilder, Row};
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -99,7 +99,10 @@ impl PgStore {
                 ("statement_timeout", ms(opts.statement_timeout)),
                 ("lock_timeout", ms(opts.lock_timeout)),
                 ("TimeZone", "UTC".to_string()),
-            ]);
+            ])
+            // A long statement (an export, an aggregate over millions of rows) is not a
+            // warning for the operator; `-v` shows it.
+            .log_slow_statements(log::LevelFilter::Info, Duration::from_secs(1));
         let pool = PgPoolOptions::new()
             .max_connections(opts.max_connections)
             .test_before_acquire(opts.long_running)

@@ -22,7 +22,7 @@ use sqlx::sqlite::{
     SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
     SqliteRow, SqliteSynchronous,
 };
-use sqlx::{QueryBuilder, Row};
+use sqlx::{ConnectOptions, QueryBuilder, Row};
 use std::collections::HashSet;
 use std::str::FromStr;
 use std::time::Duration;
@@ -166,7 +166,10 @@ impl SqliteStore {
             // FULL: a committed mark survives a power loss (NORMAL in WAL mode may undo
             // the last commits), so `replayed` never reverts to a state that replays again.
             .synchronous(SqliteSynchronous::Full)
-            .busy_timeout(opts.busy_timeout);
+            .busy_timeout(opts.busy_timeout)
+            // A long statement (an export, an aggregate over millions of rows) is not a
+            // warning for the operator; `-v` shows it.
+            .log_slow_statements(log::LevelFilter::Info, Duration::from_secs(1));
         if opts.create {
             // WAL is a property of the database file: `dlq migrate` sets it once, for
             // dlq and the workers alike, and every later connection inherits it.
