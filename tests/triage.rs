@@ -814,28 +814,27 @@ fn prune_lets_a_worker_insert_while_it_runs() {
                 "replayed",
                 "--yes",
                 "--batch-size",
-                "20",
+                "100",
             ])
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
             .spawn()
             .unwrap();
-        // A worker inserting new dead letters, one statement each, while prune runs.
-        let inserted_while_running = with_pool_insert(&db, || child_running(&child));
-        eprintln!("{b:?}: {inserted_while_running} inserts while prune ran");
+        // A worker inserting new dead letters, one statement each, while prune runs; each
+        // time, how many old rows are left. Inserts that go through while some, not all,
+        // are deleted show that prune commits batch by batch, never holding the table.
+        let (inserted, mid_run) = insert_while(&db, n, || child_running(&child));
+        eprintln!("{b:?}: {inserted} inserts while prune ran, {mid_run} of them mid-deletion");
         let out = child.wait_with_output().unwrap();
         let r = Run::from(out);
         assert_eq!(r.code, 0, "{b:?}: {}", r.all());
         assert_eq!(r.json()["deleted"], n, "{b:?}");
         assert!(
-            inserted_while_running >= 3,
-            "{b:?}: only {inserted_while_running} inserts went through while prune ran"
+            mid_run >= 3,
+            "{b:?}: only {mid_run} inserts went through while prune was deleting"
         );
         let new_rows = db.scalar("SELECT count(*) FROM dead_letters WHERE id LIKE 'new-%'");
-        assert!(
-            new_rows >= inserted_while_running as i64,
-            "{b:?}: every insert is kept"
-        );
+        assert_eq!(new_rows, inserted as i64, "{b:?}: every insert is kept");
         assert_eq!(
             db.scalar("SELECT count(*) FROM dead_letters WHERE id LIKE 'old-%'"),
             0
@@ -850,26 +849,45 @@ fn child_running(child: &std::process::Child) -> bool {
             .unwrap_or(false)
 }
 
-/// Inserts rows one by one while `running()` holds; returns how many went in meanwhile.
-fn with_pool_insert(db: &TestDb, running: impl Fn() -> bool) -> usize {
-    let n = std::cell::Cell::new(0usize);
-    let one = |i: usize| {
-        format!(
-            "INSERT INTO dead_letters (id, body, reason, attempts, headers_json) \
-             VALUES ('new-{i:06}', {}, 'retries_exhausted', 1, '{{}}')",
-            match db.backend {
-                Backend::Postgres => "'\\x7b7d'::bytea",
-                Backend::Sqlite => "X'7b7d'",
+/// Inserts rows one by one on one connection while `running()` holds, and counts the old
+/// rows left after each: (inserts, inserts made while 0 < left < `n`).
+fn insert_while(db: &TestDb, n: i64, running: impl Fn() -> bool) -> (usize, usize) {
+    macro_rules! run_loop {
+        ($pool:expr, $blob:expr) => {{
+            let pool = $pool;
+            let (mut inserted, mut mid) = (0usize, 0usize);
+            while running() && inserted < 1_000_000 {
+                sqlx::query(&format!(
+                    "INSERT INTO dead_letters (id, body, reason, attempts, headers_json) \
+                     VALUES ('new-{inserted:07}', {}, 'retries_exhausted', 1, '{{}}')",
+                    $blob
+                ))
+                .execute(&pool)
+                .await
+                .unwrap();
+                inserted += 1;
+                let left: i64 =
+                    sqlx::query_scalar("SELECT count(*) FROM dead_letters WHERE id LIKE 'old-%'")
+                        .fetch_one(&pool)
+                        .await
+                        .unwrap();
+                if left > 0 && left < n {
+                    mid += 1;
+                }
             }
-        )
-    };
-    let mut i = 0;
-    while running() && i < 100_000 {
-        db.sql(&[&one(i)]);
-        i += 1;
-        if running() {
-            n.set(n.get() + 1);
-        }
+            pool.close().await;
+            (inserted, mid)
+        }};
     }
-    n.get()
+    rt().block_on(async {
+        match db.backend {
+            Backend::Postgres => run_loop!(
+                sqlx::PgPool::connect(&db.url).await.unwrap(),
+                "'\\x7b7d'::bytea"
+            ),
+            Backend::Sqlite => {
+                run_loop!(sqlx::SqlitePool::connect(&db.url).await.unwrap(), "X'7b7d'")
+            }
+        }
+    })
 }

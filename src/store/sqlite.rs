@@ -825,7 +825,8 @@ impl Store for SqliteStore {
     ) -> Result<(Option<String>, u64)> {
         check_prune_filter(filter)?;
         // A window of the primary key per write transaction: a worker's INSERT waits for
-        // one short batch at most, and the whole run reads the table once.
+        // one short batch, and the whole run reads the table once.
+        let started = std::time::Instant::now();
         let mut tx = self.begin_write().await?;
         let mut qb = QueryBuilder::new("SELECT max(id) FROM (SELECT id FROM dead_letters");
         if let Some(a) = after {
@@ -869,6 +870,15 @@ impl Store for SqliteStore {
             .map_err(self.err())?;
         }
         tx.commit().await.map_err(self.err())?;
+        // A writer waiting for the lock does not queue: SQLite's busy handler sleeps and
+        // polls again (up to 100 ms apart). Batches back to back would keep taking the
+        // lock first; a pause as long as the batch leaves the lock free half the time.
+        tokio::time::sleep(
+            started
+                .elapsed()
+                .clamp(Duration::from_millis(2), Duration::from_millis(200)),
+        )
+        .await;
         Ok((Some(last), deleted.len() as u64))
     }
 
