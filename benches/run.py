@@ -7,6 +7,7 @@ temporary SQLite file, uses uniquely named queues, and removes all of it afterwa
   python3 benches/run.py                 # everything, 1,000,000 rows
   python3 benches/run.py --rows 100000   # a quicker look
   python3 benches/run.py --only replay   # one part: triage | replay | plan | capture
+                                         # (triage includes content filters and export)
 
 Each timing runs the whole command as a separate process, the way an operator runs it,
 and compares it with the equivalent statement run directly by psql / sqlite3 (also a
@@ -65,7 +66,7 @@ PG_ROWS = """
 INSERT INTO dead_letters (id, body, reason, attempts, headers_json, producer, schema_version,
                           source_queue, dead_lettered_at, error)
 SELECT 'bench-' || g,
-       convert_to('{{"event_id":"evt-' || g || '","amount":' || (g % 1000) || ',"pad":"' || repeat('x', 150) || '"}}', 'UTF8'),
+       convert_to('{{"event_id":"evt-' || g || '","customer":{{"id":"c-' || (g % 50000) || '"}},"amount":' || (g % 1000) || ',"pad":"' || repeat('x', 150) || '"}}', 'UTF8'),
        (ARRAY['poison_message','permanent_failure','retries_exhausted'])[1 + (g % 3)],
        1 + g % 5,
        CASE WHEN g % 2 = 0 THEN '{{"x-producer":"svc-' || (g % 20) || '","x-schema-version":"' || (g % 5) || '"}}' ELSE '{{}}' END,
@@ -73,7 +74,7 @@ SELECT 'bench-' || g,
        CASE WHEN g % 2 = 1 THEN (g % 5)::text END,
        'queue-' || (g % 10),
        now() - (g % 2592000) * interval '1 second',
-       'error text ' || (g % 100)
+       'Error' || (g % 20) || ': error text ' || (g % 100)
 FROM generate_series(1, {n}) g
 """
 
@@ -82,7 +83,7 @@ WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < {n})
 INSERT INTO dead_letters (id, body, reason, attempts, headers_json, producer, schema_version,
                           source_queue, dead_lettered_at, error)
 SELECT 'bench-' || n,
-       CAST('{{"event_id":"evt-' || n || '","amount":' || (n % 1000) || ',"pad":"' || printf('%.150c', 'x') || '"}}' AS BLOB),
+       CAST('{{"event_id":"evt-' || n || '","customer":{{"id":"c-' || (n % 50000) || '"}},"amount":' || (n % 1000) || ',"pad":"' || printf('%.150c', 'x') || '"}}' AS BLOB),
        CASE n % 3 WHEN 0 THEN 'poison_message' WHEN 1 THEN 'permanent_failure' ELSE 'retries_exhausted' END,
        1 + n % 5,
        CASE WHEN n % 2 = 0 THEN '{{"x-producer":"svc-' || (n % 20) || '","x-schema-version":"' || (n % 5) || '"}}' ELSE '{{}}' END,
@@ -90,7 +91,7 @@ SELECT 'bench-' || n,
        CASE WHEN n % 2 = 1 THEN CAST(n % 5 AS TEXT) END,
        'queue-' || (n % 10),
        (CAST(strftime('%s', 'now') AS INTEGER) - n % 2592000) * 1000,
-       'error text ' || (n % 100)
+       'Error' || (n % 20) || ': error text ' || (n % 100)
 FROM g;
 ANALYZE;
 """
@@ -113,6 +114,44 @@ SQLITE_AGG = """SELECT reason, eff_producer, eff_schema_version, count(*),
  sum(replayed_at IS NOT NULL), min(dead_lettered_at), max(dead_lettered_at)
  FROM dead_letters GROUP BY 1, 2, 3 ORDER BY 4 DESC"""
 SQLITE_LIST = PG_LIST
+
+# `dlq list --grep '"c-4242"'` and `dlq list --field customer.id=c-4242` (20 rows each: the
+# page is not full, so no count follows), as dlq sends them. The customer is a JSON field
+# in every body; the byte tests (the key in quotes, the value, or a backslash) rule out
+# the rows that cannot match before any JSON is parsed.
+LIST_COLUMNS = """id, reason, attempts, replayed_at, replay_claim_owner, replay_claim_expires_at,
+ last_replay_error, eff_event_id, error, eff_producer, eff_schema_version, source_queue, exchange,
+ routing_key, dead_lettered_at, replay_attempt_at, discarded_at, discard_note"""
+GREP = '"c-4242"'
+FIELD = ("customer.id", "c-4242")
+
+
+def hexb(text):
+    return text.encode().hex()
+
+
+PG_GREP = f"""SELECT {LIST_COLUMNS} FROM dead_letters WHERE 1=1
+ AND position('\\x{hexb(GREP)}'::bytea IN body) > 0 ORDER BY dead_lettered_at DESC, id LIMIT 50"""
+PG_FIELD = f"""SELECT {LIST_COLUMNS} FROM dead_letters WHERE 1=1
+ AND CASE WHEN body_is_json
+   AND (position('\\x{hexb('"id"')}'::bytea IN body) > 0 OR position('\\x5c'::bytea IN body) > 0)
+   AND (position('\\x{hexb(FIELD[1])}'::bytea IN body) > 0 OR position('\\x5c'::bytea IN body) > 0)
+ THEN dlq_json_match(convert_from(body, 'UTF8'), '{{customer,id}}', '{FIELD[1]}', NULL) ELSE false END
+ ORDER BY dead_lettered_at DESC, id LIMIT 50"""
+SQLITE_GREP = f"""SELECT {LIST_COLUMNS} FROM dead_letters WHERE 1=1
+ AND instr(body, X'{hexb(GREP)}') > 0 ORDER BY dead_lettered_at DESC, id LIMIT 50"""
+_DOC = "CAST(body AS TEXT)"
+_PATH = "'$.\"customer\".\"id\"'"
+SQLITE_FIELD = f"""SELECT {LIST_COLUMNS} FROM dead_letters WHERE 1=1
+ AND CASE WHEN 1
+   AND (instr(body, X'{hexb('"id"')}') > 0 OR instr(body, X'5c') > 0)
+   AND (instr(body, X'{hexb(FIELD[1])}') > 0 OR instr(body, X'5c') > 0)
+   AND json_valid({_DOC}) AND json_type({_DOC}) = 'object'
+ THEN CASE json_type({_DOC}, {_PATH}) WHEN 'text' THEN json_extract({_DOC}, {_PATH}) = '{FIELD[1]}'
+   WHEN 'array' THEN json({_DOC} -> {_PATH}) = json(NULL)
+   WHEN 'object' THEN json({_DOC} -> {_PATH}) = json(NULL)
+   ELSE ({_DOC} -> {_PATH}) = '{FIELD[1]}' END ELSE 0 END
+ ORDER BY dead_lettered_at DESC, id LIMIT 50"""
 
 
 def machine():
@@ -148,9 +187,11 @@ def triage(args, report):
         report.append(f"- generated {n:,} rows in SQLite in {time.perf_counter() - t:.0f} s")
         psql = ["psql", "-X", "-q", "-h", "127.0.0.1", "-U", "postgres", "-d", db, "-o", "/dev/null", "-c"]
         rows = []
-        for name, url, direct_agg, direct_list in (
-            ("PostgreSQL", pg_url, psql + [PG_AGG], psql + [PG_LIST]),
-            ("SQLite", sq_url, ["sqlite3", sq_path, SQLITE_AGG], ["sqlite3", sq_path, SQLITE_LIST]),
+        content = []
+        for name, url, direct_agg, direct_list, direct_grep, direct_field in (
+            ("PostgreSQL", pg_url, psql + [PG_AGG], psql + [PG_LIST], psql + [PG_GREP], psql + [PG_FIELD]),
+            ("SQLite", sq_url, ["sqlite3", sq_path, SQLITE_AGG], ["sqlite3", sq_path, SQLITE_LIST],
+             ["sqlite3", sq_path, SQLITE_GREP], ["sqlite3", sq_path, SQLITE_FIELD]),
         ):
             env = dlq_env(url)
             a = timed([DLQ, "aggregate", "--by", "reason,producer,schema_version"], args.runs, env)
@@ -159,12 +200,69 @@ def triage(args, report):
             ld = timed(direct_list, args.runs)
             rows.append(f"| {name} | aggregate --by reason,producer,schema_version | {ms(a)} | {ms(ad)} | {statistics.median(a) / statistics.median(ad):.2f}x | 1.3x |")
             rows.append(f"| {name} | list --reason R --producer P --limit 50 | {ms(l)} | {ms(ld)} | {statistics.median(l) / statistics.median(ld):.2f}x | 1.5x, < 50 ms |")
+            content.append((name, url, direct_grep, direct_field))
         report.append("")
         report.append(f"Triage on {n:,} dead letters (median of {args.runs} runs, each a new process):")
         report.append("")
         report.append("| store | command | dlq | direct SQL | ratio | target |")
         report.append("|---|---|---|---|---|---|")
         report.extend(rows)
+        content_filters(args, report, content)
+        export(args, report, pg_url, sq_url)
+
+
+def content_filters(args, report, stores):
+    """Content filters against the same SQL, and grouping by error_class against reason."""
+    rows = []
+    for name, url, direct_grep, direct_field in stores:
+        env = dlq_env(url)
+        g = timed([DLQ, "list", "--grep", GREP, "--limit", "50"], args.runs, env)
+        gd = timed(direct_grep, args.runs)
+        f = timed([DLQ, "list", "--field", "=".join(FIELD), "--limit", "50"], args.runs, env)
+        fd = timed(direct_field, args.runs)
+        by_class = timed([DLQ, "aggregate", "--by", "error_class"], args.runs, env)
+        by_reason = timed([DLQ, "aggregate", "--by", "reason"], args.runs, env)
+        ratio = lambda x, y: statistics.median(x) / statistics.median(y)
+        rows.append(f"| {name} | list --grep '{GREP}' | {ms(g)} | {ms(gd)} (same SQL) | {ratio(g, gd):.2f}x | 1.5x |")
+        rows.append(f"| {name} | list --field {'='.join(FIELD)} | {ms(f)} | {ms(fd)} (same SQL) | {ratio(f, fd):.2f}x | 1.5x |")
+        rows.append(f"| {name} | aggregate --by error_class | {ms(by_class)} | {ms(by_reason)} (dlq aggregate --by reason) | {ratio(by_class, by_reason):.2f}x | 1.2x |")
+    report.append("")
+    report.append(f"Content filters and error classes on {args.rows:,} dead letters (median of {args.runs} runs, each a new process):")
+    report.append("")
+    report.append("| store | command | dlq | baseline | ratio | target |")
+    report.append("|---|---|---|---|---|---|")
+    report.extend(rows)
+
+
+def measured(cmd, env):
+    """Runs `cmd` with stdout to /dev/null; (seconds, peak RSS in MiB) of that process."""
+    t = time.perf_counter()
+    p = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(p.pid, 0)
+    took = time.perf_counter() - t
+    if status != 0:
+        sys.exit(f"failed: {' '.join(cmd)}\n{p.stderr.read().decode()}")
+    return took, usage.ru_maxrss / 1024
+
+
+def export(args, report, pg_url, sq_url):
+    """Export of every row, and of a third of them: time, rows/s, and peak RSS (flat: the
+    rows stream from the database to stdout one at a time)."""
+    rows = []
+    for name, url in (("PostgreSQL", pg_url), ("SQLite", sq_url)):
+        env = dlq_env(url)
+        for label, extra, n in (("all rows", [], args.rows),
+                                ("a third (--reason poison_message)", ["--reason", "poison_message"], args.rows // 3)):
+            runs = [measured([DLQ, "export"] + extra, env) for _ in range(args.export_runs)]
+            took = statistics.median(r[0] for r in runs)
+            rss = max(r[1] for r in runs)
+            rows.append(f"| {name} | export, {label} | {n:,} | {took:.1f} s | {n / took:,.0f} rows/s | {rss:.0f} MiB |")
+    report.append("")
+    report.append(f"`dlq export` to /dev/null (median of {args.export_runs} runs; peak RSS is the largest of them):")
+    report.append("")
+    report.append("| store | what | rows | time | throughput | peak RSS |")
+    report.append("|---|---|---|---|---|---|")
+    report.extend(rows)
 
 
 @contextlib.contextmanager
@@ -355,6 +453,7 @@ def main():
     p.add_argument("--capture-messages", type=int, default=20_000)
     p.add_argument("--capture-batch", type=int, default=500)
     p.add_argument("--capture-rounds", type=int, default=3)
+    p.add_argument("--export-runs", type=int, default=3)
     p.add_argument("--only", choices=["triage", "replay", "plan", "capture"])
     args = p.parse_args()
     run(["cargo", "build", "--quiet", "--release", "--manifest-path", os.path.join(ROOT, "Cargo.toml"),

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Writes examples/dead-letters.jsonl: the bundled, deterministic example dead letters.
 
-All three reasons, several producers and schema versions, a non-UTF-8 poison body and one
-large body. Run it again after changing it; the output is committed (about 200 KB).
+All three reasons, several producers and schema versions, a non-UTF-8 poison body, one
+large body, and one customer's dead letters from several services. Run it again after changing it; the output is committed (about 200 KB).
 """
 import base64, hashlib, json, os, uuid
 
@@ -78,6 +78,30 @@ add(n, "retries_exhausted",
 n += 1
 add(n, "quarantined_by_ops", {"event_id": "evt-ops-1"}, producer=None, schema=None,
     queue="misc", error=None, at="2026-11-27T10:00:00Z")
+# One customer's dead letters from several services (runbook 09): the customer is in the
+# JSON body and, for some, in a header; one service sends plain text, not JSON.
+n += 1
+add(n, "permanent_failure",
+    {"event_id": "evt-ord-0001", "producer": "orders", "schema_version": "4", "order_id": "ord-77",
+     "customer": {"id": "c-1042", "tier": "gold"}, "coupon": "SPRING-24"},
+    producer="orders", schema="4", error="RuleViolation: coupon SPRING-24 expired",
+    at="2026-11-28T20:10:00Z", headers={"x-customer-id": "c-1042"})
+n += 1
+add(n, "permanent_failure",
+    {"event_id": "evt-ord-0002", "producer": "orders", "schema_version": "4", "order_id": "ord-78",
+     "customer": {"id": "c-2001", "tier": "basic"}, "coupon": "SPRING-24"},
+    producer="orders", schema="4", error="RuleViolation: coupon SPRING-24 expired",
+    at="2026-11-28T20:11:00Z", headers={"x-customer-id": "c-2001"})
+n += 1
+add(n, "permanent_failure",
+    {"event_id": "evt-pay-0001", "producer": "payments", "schema_version": "1", "order_id": "ord-77",
+     "customer": {"id": "c-1042"}, "amount": 99.90},
+    producer="payments", schema="1", error="CardDeclined: insufficient funds",
+    at="2026-11-28T20:12:00Z", headers={"x-customer-id": "c-1042"})
+n += 1
+add(n, "permanent_failure", b"crm-sync: update address of customer c-1042 (order ord-77)",
+    producer="crm-sync", schema="1", error="SchemaError: body is not JSON",
+    at="2026-11-28T20:13:00Z")
 
 out = os.path.join(os.path.dirname(os.path.abspath(__file__)), "dead-letters.jsonl")
 with open(out, "w") as f:

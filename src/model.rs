@@ -85,6 +85,98 @@ pub struct Filter {
     /// Rows in any of these states; empty: every state.
     #[serde(default)]
     pub states: Vec<State>,
+    /// `prune`: replayed or discarded before this time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub settled_before: Option<DateTime<Utc>>,
+    /// `--grep`: the body contains these bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grep: Option<String>,
+    /// `--error-contains`: the worker's error text contains this text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_contains: Option<String>,
+    /// `--header KEY=VALUE` (all must match).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub headers: Vec<ContentMatch>,
+    /// `--field PATH=VALUE` on a JSON object body (all must match).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fields: Vec<ContentMatch>,
+}
+
+/// A `--header KEY=VALUE` or `--field PATH=VALUE` condition. The value at the key (or
+/// dotted path of object keys) matches when, as text, it equals `value`: a JSON string as
+/// its value, a number, `true`, `false` or `null` as its JSON text as written; an array
+/// or object when `value` is the same JSON (whitespace aside). Bound as parameters, never
+/// a pattern: `%`, `_`, `*` and quotes are plain characters.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ContentMatch {
+    pub key: String,
+    pub value: String,
+}
+
+impl ContentMatch {
+    /// Parses `KEY=VALUE` (split at the first `=`) for the option `--{flag}`; `dotted`
+    /// for a path of object keys (`customer.id`).
+    pub fn parse(flag: &str, s: &str, dotted: bool) -> Result<ContentMatch> {
+        let what = if dotted { "PATH=VALUE" } else { "KEY=VALUE" };
+        let Some((key, value)) = s.split_once('=') else {
+            return Err(DlqError::usage(format!("--{flag} {s:?}: expected {what}")));
+        };
+        let m = ContentMatch {
+            key: key.to_string(),
+            value: value.to_string(),
+        };
+        let segments: Vec<&str> = if dotted { m.path() } else { vec![key] };
+        for seg in segments {
+            if seg.is_empty() {
+                return Err(DlqError::usage(format!(
+                    "--{flag} {s:?}: an empty {} in {what}",
+                    if dotted { "key" } else { "KEY" }
+                )));
+            }
+            // SQLite's JSON paths quote keys with `"` and cannot escape one.
+            if seg.contains('"') || seg.chars().any(char::is_control) {
+                return Err(DlqError::usage(format!(
+                    "--{flag} {s:?}: a key cannot hold a double quote or a control character"
+                )));
+            }
+        }
+        if m.value.contains('\0') {
+            return Err(DlqError::usage(format!("--{flag}: the value holds a NUL")));
+        }
+        Ok(m)
+    }
+
+    /// The object keys from the top of the document (a header name is one key).
+    pub fn path(&self) -> Vec<&str> {
+        self.key.split('.').collect()
+    }
+
+    /// The value as JSON when it is an array or object, for a comparison as JSON.
+    pub fn value_json(&self) -> Option<&str> {
+        match serde_json::from_str::<serde_json::Value>(&self.value) {
+            Ok(serde_json::Value::Array(_) | serde_json::Value::Object(_)) => {
+                Some(self.value.as_str())
+            }
+            _ => None,
+        }
+    }
+
+    /// Texts that a matching document holds, byte for byte, unless it spells them with a
+    /// JSON escape (then it holds a backslash): the last key in quotes, and a scalar
+    /// value as typed. A cheap test that rules out most rows before any JSON is parsed,
+    /// and never a matching one.
+    pub fn needles(&self, dotted: bool) -> Vec<String> {
+        let key = if dotted {
+            self.path().last().copied().unwrap_or_default()
+        } else {
+            self.key.as_str()
+        };
+        let mut out = vec![format!("\"{key}\"")];
+        if self.value_json().is_none() && !self.value.is_empty() {
+            out.push(self.value.clone());
+        }
+        out
+    }
 }
 
 /// A dead letter without its body: what `list` prints. Field order is the contract's.
@@ -181,14 +273,17 @@ pub enum Dimension {
     SourceQueue,
     Hour,
     Day,
+    /// The worker's error text up to its first `:`, trimmed (`ValueError`).
+    ErrorClass,
 }
 
 impl Dimension {
-    pub const ALL: [Dimension; 6] = [
+    pub const ALL: [Dimension; 7] = [
         Dimension::Reason,
         Dimension::SchemaVersion,
         Dimension::Producer,
         Dimension::SourceQueue,
+        Dimension::ErrorClass,
         Dimension::Hour,
         Dimension::Day,
     ];
@@ -199,6 +294,7 @@ impl Dimension {
             Dimension::SchemaVersion => "schema_version",
             Dimension::Producer => "producer",
             Dimension::SourceQueue => "source_queue",
+            Dimension::ErrorClass => "error_class",
             Dimension::Hour => "hour",
             Dimension::Day => "day",
         }
@@ -306,6 +402,14 @@ pub enum Outcome {
     NotResolved,
     /// A history step, never a final outcome: a publish was about to start.
     Attempted,
+    /// `discard`: set aside, never replayed.
+    Discarded,
+    NotDiscarded,
+    /// `restore`: pending again.
+    Restored,
+    NotRestored,
+    /// `note`: a history entry added.
+    Noted,
 }
 
 impl Outcome {
@@ -324,6 +428,11 @@ impl Outcome {
             Outcome::Resolved => "resolved",
             Outcome::NotResolved => "not_resolved",
             Outcome::Attempted => "attempted",
+            Outcome::Discarded => "discarded",
+            Outcome::NotDiscarded => "not_discarded",
+            Outcome::Restored => "restored",
+            Outcome::NotRestored => "not_restored",
+            Outcome::Noted => "noted",
         }
     }
 
@@ -333,11 +442,16 @@ impl Outcome {
             | Outcome::Claimed
             | Outcome::Released
             | Outcome::Resolved
-            | Outcome::Attempted => exit::OK,
+            | Outcome::Attempted
+            | Outcome::Discarded
+            | Outcome::Restored
+            | Outcome::Noted => exit::OK,
             Outcome::NotReplayed
             | Outcome::NotClaimed
             | Outcome::NotReleased
-            | Outcome::NotResolved => exit::NOT_DONE,
+            | Outcome::NotResolved
+            | Outcome::NotDiscarded
+            | Outcome::NotRestored => exit::NOT_DONE,
             Outcome::NotFound => exit::NOT_FOUND,
             Outcome::PublishFailed => exit::PUBLISH_FAILED,
             Outcome::Uncertain => exit::UNCERTAIN,
@@ -353,11 +467,16 @@ impl Outcome {
             | Outcome::Claimed
             | Outcome::Released
             | Outcome::Resolved
-            | Outcome::Attempted => 0,
+            | Outcome::Attempted
+            | Outcome::Discarded
+            | Outcome::Restored
+            | Outcome::Noted => 0,
             Outcome::NotReplayed
             | Outcome::NotClaimed
             | Outcome::NotReleased
-            | Outcome::NotResolved => 1,
+            | Outcome::NotResolved
+            | Outcome::NotDiscarded
+            | Outcome::NotRestored => 1,
             Outcome::NotFound => 2,
             Outcome::PublishFailed => 3,
             Outcome::Interrupted => 4,
@@ -367,7 +486,7 @@ impl Outcome {
 }
 
 impl Outcome {
-    pub const ALL: [Outcome; 13] = [
+    pub const ALL: [Outcome; 18] = [
         Outcome::Replayed,
         Outcome::Claimed,
         Outcome::Released,
@@ -381,6 +500,11 @@ impl Outcome {
         Outcome::Resolved,
         Outcome::NotResolved,
         Outcome::Attempted,
+        Outcome::Discarded,
+        Outcome::NotDiscarded,
+        Outcome::Restored,
+        Outcome::NotRestored,
+        Outcome::Noted,
     ];
 
     pub fn parse(s: &str) -> Option<Outcome> {

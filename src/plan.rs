@@ -29,16 +29,28 @@ pub struct Plan {
     pub plan_id: String,
     pub created_at: DateTime<Utc>,
     pub created_by: String,
+    /// The database the plan was made on (`dlq_meta.database_id`): it runs only there.
+    #[serde(default)]
+    pub database_id: Option<String>,
     pub filters: Filter,
     pub allow_mixed: bool,
     /// Counts per reason / producer / schema version in the selection.
     pub mix: BTreeMap<String, BTreeMap<String, usize>>,
     pub count: usize,
+    /// How many dead letters the filters selected; `count` of them were taken (`--limit`).
+    #[serde(default)]
+    pub matched: Option<usize>,
+    /// SHA-256 of the plan without this field: a plan edited after `dlq plan` wrote it
+    /// (its filters, items or counts) no longer matches and is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
     pub items: Vec<PlanItem>,
 }
 
 impl Plan {
-    /// Reads a plan file (`-`: stdin), refusing one that lists an ID twice.
+    /// Reads a plan file (`-`: stdin), refusing one that lists an ID twice, whose count
+    /// disagrees with its items, or whose digest does not match (edited, or made by an
+    /// older `dlq`). See [`Plan::load`] for the database check.
     pub fn read(path: &std::path::Path) -> Result<Plan> {
         let text = if path.as_os_str() == "-" {
             std::io::read_to_string(std::io::stdin())
@@ -65,7 +77,66 @@ impl Plan {
                 )));
             }
         }
+        if plan.count != plan.items.len() {
+            return Err(DlqError::usage(format!(
+                "{} says {} dead letters but lists {}: it was edited or cut; write the plan again",
+                path.display(),
+                plan.count,
+                plan.items.len()
+            )));
+        }
+        match &plan.digest {
+            None => {
+                return Err(DlqError::usage(format!(
+                    "{} has no digest (made by an older dlq, or edited): write the plan again",
+                    path.display()
+                )))
+            }
+            Some(d) if *d != plan.compute_digest() => {
+                return Err(DlqError::usage(format!(
+                    "{} was edited after `dlq plan` wrote it (its filters, items or counts no longer match its digest): write the plan again",
+                    path.display()
+                )))
+            }
+            Some(_) => {}
+        }
         Ok(plan)
+    }
+
+    /// Reads a plan file and checks that it was made on the database of `store`.
+    pub async fn load(path: &std::path::Path, store: &dyn Store) -> Result<Plan> {
+        let plan = Plan::read(path)?;
+        plan.check_database(store).await?;
+        Ok(plan)
+    }
+
+    /// Refuses a plan made on another database: its IDs and hashes mean nothing here.
+    pub async fn check_database(&self, store: &dyn Store) -> Result<()> {
+        let here = store.database_id().await?;
+        match &self.database_id {
+            Some(id) if *id == here => Ok(()),
+            Some(id) => Err(DlqError::usage(format!(
+                "plan {} was made on another database (database_id {id}; this one is {here}): make a plan here",
+                self.plan_id
+            ))),
+            None => Err(DlqError::usage(format!(
+                "plan {} does not say which database it was made on: make a plan here",
+                self.plan_id
+            ))),
+        }
+    }
+
+    /// Sets the digest over everything else: what `dlq plan` does last. (Tests and tools
+    /// that build a plan by other means seal it the same way.)
+    pub fn seal(&mut self) {
+        self.digest = Some(self.compute_digest());
+    }
+
+    /// SHA-256 of the plan as JSON without its digest.
+    fn compute_digest(&self) -> String {
+        let mut p = self.clone();
+        p.digest = None;
+        crate::model::sha256_hex(&serde_json::to_vec(&p).unwrap_or_default())
     }
 
     pub fn ids(&self) -> Vec<String> {
@@ -120,7 +191,12 @@ pub async fn make_plan(
             mixed.join("; ")
         )));
     }
-    Ok(Plan {
+    let matched = if (candidates.len() as i64) < limit {
+        candidates.len()
+    } else {
+        store.count(&filter).await?.max(candidates.len() as i64) as usize
+    };
+    let mut plan = Plan {
         plan_id: uuid::Uuid::new_v4().to_string(),
         created_at: store.now().await?,
         created_by: operator.to_string(),
@@ -135,7 +211,12 @@ pub async fn make_plan(
                 sha256: c.sha256,
             })
             .collect(),
-    })
+        database_id: Some(store.database_id().await?),
+        matched: Some(matched),
+        digest: None,
+    };
+    plan.seal();
+    Ok(plan)
 }
 
 /// Why a run stopped early.
@@ -370,7 +451,9 @@ impl<F: FnMut(&ItemReport, &RunSummary)> Run<'_, F> {
                     "no node of the broker answers; what was not sent is pending".into(),
                 );
             }
-            if broker.stalled() {
+            // Frames queued on a connection that is still up could go out later; on a
+            // dead one they are gone with it, and the run goes on through the next node.
+            if broker.stalled() && broker.publisher().is_some_and(|p| p.is_connected()) {
                 self.stop_because(
                     StopReason::Stalled,
                     "a publish did not complete (the broker or the link stopped taking messages); stopping so that nothing queued here goes out later".into(),

@@ -115,6 +115,10 @@ pub struct Publisher {
     poisoned: AtomicBool,
     /// Set once a publish did not complete (see [`PublishResult::Stalled`]).
     stalled: AtomicBool,
+    /// One of several nodes of a cluster: a queue may live on another node, and RabbitMQ
+    /// nacks what it had routed to a queue whose node went down, even if that queue kept
+    /// the message, so no nack is a certain failure here.
+    in_cluster: bool,
 }
 
 /// TLS material for `amqps://`, read when connecting.
@@ -294,10 +298,10 @@ impl Broker {
         let mut lost = None;
         if self.publisher.as_ref().is_some_and(|p| !p.is_usable()) {
             if let Some(p) = self.publisher.take() {
-                if !p.is_connected() {
-                    lost = Some(self.node_name());
-                    self.node = (self.node + 1) % self.urls.len();
-                }
+                // Closed, or a confirm went unanswered (a node cut off from the cluster
+                // still looks connected): the next node is tried first either way.
+                lost = Some(self.node_name());
+                self.node = (self.node + 1) % self.urls.len();
                 p.close().await;
             }
         }
@@ -312,12 +316,13 @@ impl Broker {
         self.connecting = None;
         let joined = joined.unwrap_or_else(|e| Err(format!("connecting to RabbitMQ failed: {e}")));
         self.unreachable = joined.is_err();
-        let (node, p) = joined.map_err(NoConnection::Failed)?;
+        let (node, mut p) = joined.map_err(NoConnection::Failed)?;
+        p.in_cluster = self.urls.len() > 1;
         match lost {
             Some(was) if self.urls.len() > 1 => {
                 self.switches += 1;
                 tracing::warn!(
-                    "the connection to {was} was lost; going on through node {} (of {})",
+                    "the connection to {was} was lost or stopped answering; going on through node {} (of {})",
                     p.host,
                     self.urls.len()
                 );
@@ -592,6 +597,7 @@ impl Publisher {
             host,
             poisoned: Default::default(),
             stalled: Default::default(),
+            in_cluster: false,
         })
     }
 
@@ -772,8 +778,11 @@ impl Publisher {
                 "the broker returned {unmatched} message(s) without an x-dead-letter-id header on this channel, so returns cannot be matched to rows: this one may or may not have been routed"
             )),
             Confirmation::Ack(_) => PublishResult::Confirmed,
-            Confirmation::Nack(_) if target.exchange.is_empty() => PublishResult::Failed(
+            Confirmation::Nack(_) if target.exchange.is_empty() && !self.in_cluster => PublishResult::Failed(
                 "the broker refused it (nack) on the default exchange, whose route has one queue (e.g. a full queue with reject-publish)".into(),
+            ),
+            Confirmation::Nack(_) if target.exchange.is_empty() => PublishResult::Uncertain(
+                "the broker refused it (nack) in a cluster: a queue whose node went down is nacked even when it kept the message".into(),
             ),
             Confirmation::Nack(_) => PublishResult::Uncertain(format!(
                 "the broker refused it (nack) through exchange {}: one bound queue refused it while others may hold it",
@@ -926,10 +935,7 @@ fn to_amqp(v: &serde_json::Value) -> AMQPValue {
     match v {
         Value::Null => AMQPValue::Void,
         Value::Bool(b) => AMQPValue::Boolean(*b),
-        Value::Number(n) => match n.as_i64() {
-            Some(i) => AMQPValue::LongLongInt(i),
-            None => AMQPValue::Double(n.as_f64().unwrap_or(0.0)),
-        },
+        Value::Number(n) => number_to_amqp(n),
         Value::String(s) => AMQPValue::LongString(LongString::from(s.clone())),
         Value::Array(a) => {
             let mut arr = FieldArray::default();
@@ -960,9 +966,80 @@ fn captured_bytes(m: &serde_json::Map<String, serde_json::Value>) -> Option<Vec<
     }
 }
 
+/// A header number as an AMQP field value, without changing it (docs/replay-protocol.md,
+/// "Header values"): a whole number within 64 bits as a signed 64-bit integer; another
+/// number that a double holds with the same significant digits as written as a double;
+/// anything else (a whole number beyond 64 bits, more digits than a double keeps) as a
+/// long string holding the number exactly as written.
+fn number_to_amqp(n: &serde_json::Number) -> AMQPValue {
+    let text = n.to_string();
+    if let Some(i) = n.as_i64() {
+        return AMQPValue::LongLongInt(i);
+    }
+    let whole = !text.contains(['.', 'e', 'E']);
+    match text.parse::<f64>() {
+        Ok(f)
+            if !whole && f.is_finite() && significant(&text) == significant(&format!("{f:e}")) =>
+        {
+            AMQPValue::Double(f)
+        }
+        _ => AMQPValue::LongString(LongString::from(text)),
+    }
+}
+
+/// A decimal number's sign, significant digits (no leading or trailing zeros) and the
+/// power of ten of its first digit: `1.10` and `1.1e0` give the same.
+fn significant(text: &str) -> (bool, String, i64) {
+    let (negative, rest) = match text.strip_prefix('-') {
+        Some(r) => (true, r),
+        None => (false, text.strip_prefix('+').unwrap_or(text)),
+    };
+    let (mantissa, exp) = match rest.split_once(['e', 'E']) {
+        Some((m, e)) => (m, e.parse::<i64>().unwrap_or(0)),
+        None => (rest, 0),
+    };
+    let (int, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    let all = format!("{int}{frac}");
+    let lead = all.len() - all.trim_start_matches('0').len();
+    let digits = all
+        .trim_start_matches('0')
+        .trim_end_matches('0')
+        .to_string();
+    if digits.is_empty() {
+        return (false, digits, 0);
+    }
+    (negative, digits, int.len() as i64 - lead as i64 + exp)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn header_numbers_go_out_without_changing() {
+        let v: serde_json::Value = serde_json::from_str(
+            r#"[42, -7, 123456789012345678901234567890, 1.10, 2.5e-3, 0.1, 1e400,
+                0.1000000000000000055511151231257827, 18446744073709551615, -0.0]"#,
+        )
+        .unwrap();
+        let out: Vec<AMQPValue> = v.as_array().unwrap().iter().map(to_amqp).collect();
+        let s = |x: &str| AMQPValue::LongString(LongString::from(x.to_string()));
+        assert_eq!(
+            out,
+            vec![
+                AMQPValue::LongLongInt(42),
+                AMQPValue::LongLongInt(-7),
+                s("123456789012345678901234567890"),
+                AMQPValue::Double(1.1),
+                AMQPValue::Double(0.0025),
+                AMQPValue::Double(0.1),
+                s("1e+400"),
+                s("0.1000000000000000055511151231257827"),
+                s("18446744073709551615"),
+                AMQPValue::Double(-0.0),
+            ]
+        );
+    }
 
     fn parse(s: &str) -> Result<AMQPUri> {
         parse_amqp_url(&SecretUrl::new(s))

@@ -305,6 +305,31 @@ fn a_nack_on_the_default_exchange_is_a_certain_failure() {
 }
 
 #[test]
+fn a_nack_on_the_default_exchange_in_a_cluster_is_uncertain() {
+    // In a cluster, RabbitMQ nacks what it routed to a queue whose node went down, even
+    // when that queue kept the message: with several node URLs no nack is certain.
+    let mut rabbit = Rabbit::new();
+    let mut args = FieldTable::default();
+    args.insert("x-max-length".into(), AMQPValue::LongLongInt(0));
+    args.insert(
+        "x-overflow".into(),
+        AMQPValue::LongString("reject-publish".into()),
+    );
+    let q = rabbit.queue_with("dlq_v2_full_cluster", args);
+    let db = TestDb::migrated(Backend::Sqlite);
+    db.add(letter("n2", &q, BODY));
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let urls = format!(" {AMQP}, amqp://guest:guest@127.0.0.1:{dead}/%2f");
+    let r = db.dlq_env(&["replay", "n2", "--yes"], &[("DLQ_AMQP_URL", &urls)]);
+    assert_eq!(r.code, 6, "{}", r.all());
+    assert_eq!(db.show("n2")["state"], "uncertain");
+}
+
+#[test]
 fn max_failures_attempts_at_most_n_plus_ten() {
     for b in BACKENDS {
         let db = TestDb::migrated(b);

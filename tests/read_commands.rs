@@ -185,7 +185,7 @@ fn list_shape_filters_order_and_truncation() {
         db.import_examples();
         let all = db.dlq(&["list", "--limit", "100"]).json();
         let rows = all.as_array().unwrap();
-        assert_eq!(rows.len(), 29, "{b:?}");
+        assert_eq!(rows.len(), 33, "{b:?}");
         for r in rows {
             let keys: Vec<&str> = r.as_object().unwrap().keys().map(String::as_str).collect();
             assert_eq!(keys.len(), LIST_KEYS.len(), "{keys:?}");
@@ -204,7 +204,7 @@ fn list_shape_filters_order_and_truncation() {
 
         let r = db.dlq(&["list", "--limit", "5"]);
         assert_eq!(r.json().as_array().unwrap().len(), 5);
-        assert!(r.stderr.contains("5 of 29 shown"), "{}", r.stderr);
+        assert!(r.stderr.contains("5 of 33 shown"), "{}", r.stderr);
 
         let r = db
             .dlq(&[
@@ -235,7 +235,7 @@ fn list_shape_filters_order_and_truncation() {
         let r = db
             .dlq(&["list", "--state", "pending", "--limit", "100"])
             .json();
-        assert_eq!(r.as_array().unwrap().len(), 29);
+        assert_eq!(r.as_array().unwrap().len(), 33);
     }
 }
 
@@ -263,7 +263,7 @@ fn aggregate_groups_counts_and_buckets() {
             counts.windows(2).all(|w| w[0] >= w[1]),
             "largest first: {counts:?}"
         );
-        assert_eq!(counts.iter().sum::<i64>(), 29);
+        assert_eq!(counts.iter().sum::<i64>(), 33);
         for g in groups {
             for k in [
                 "count",
@@ -368,7 +368,7 @@ fn export_and_import_round_trip_byte_for_byte() {
         });
         let r = other.dlq_stdin(&["import", "-"], export.as_bytes());
         assert_eq!(r.code, 0, "{}", r.stderr);
-        assert_eq!(r.json()["imported"], 29);
+        assert_eq!(r.json()["imported"], 33);
         for id in &ids {
             let x = a.show(id);
             let y = other.show(id);

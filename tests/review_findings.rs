@@ -368,6 +368,38 @@ mod lost_reply {
         ) -> dlq::Result<Vec<dlq::store::CaptureOutcome>> {
             self.inner.capture(rows).await
         }
+        async fn database_id(&self) -> dlq::Result<String> {
+            self.inner.database_id().await
+        }
+        async fn count(&self, filter: &dlq::model::Filter) -> dlq::Result<i64> {
+            self.inner.count(filter).await
+        }
+        async fn discard(
+            &self,
+            ids: &[String],
+            note: &str,
+            h: &[NewHistory],
+        ) -> dlq::Result<Vec<String>> {
+            self.inner.discard(ids, note, h).await
+        }
+        async fn restore(&self, ids: &[String], h: &[NewHistory]) -> dlq::Result<Vec<String>> {
+            self.inner.restore(ids, h).await
+        }
+        async fn prune_batch(
+            &self,
+            filter: &dlq::model::Filter,
+            after: Option<&str>,
+            window: i64,
+        ) -> dlq::Result<(Option<String>, u64)> {
+            self.inner.prune_batch(filter, after, window).await
+        }
+        async fn export(
+            &self,
+            filter: &dlq::model::Filter,
+            sink: &mut (dyn FnMut(dlq::store::NewDeadLetter) -> dlq::Result<()> + Send),
+        ) -> dlq::Result<u64> {
+            self.inner.export(filter, sink).await
+        }
     }
 }
 

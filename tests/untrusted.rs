@@ -29,13 +29,10 @@ const ATTACKS: [&str; 8] = [
     "a|b`c\\|d",                        // Markdown table breakers
 ];
 
-/// A hostile text tagged with the column it goes to; PostgreSQL TEXT cannot hold NUL.
-fn hostile(tag: &str, backend: Backend) -> String {
-    let s = format!("{tag}<{}>", ATTACKS.concat());
-    match backend {
-        Backend::Postgres => s.replace('\0', ""),
-        Backend::Sqlite => s,
-    }
+/// A hostile text tagged with the column it goes to. No text field holds NUL (PostgreSQL
+/// TEXT cannot, and `import` refuses it on both stores): bodies and headers carry it.
+fn hostile(tag: &str, _backend: Backend) -> String {
+    format!("{tag}<{}>", ATTACKS.concat()).replace('\0', "")
 }
 
 /// Characters a terminal acts on instead of printing, defined here independently of
@@ -562,11 +559,13 @@ fn plan_progress_lines_escape_hostile_details() {
     db.add(unroutable);
     let r = db.dlq(&["plan", "--allow-mixed"]);
     assert_eq!(r.code, 0, "{}", r.stderr);
-    let mut plan = r.json();
-    plan["plan_id"] = json!(format!("plan-{}", ATTACKS.concat()));
+    // A plan whose ID is hostile, sealed as `dlq plan` seals one.
+    let mut plan: dlq::plan::Plan = serde_json::from_str(&r.stdout).unwrap();
+    plan.plan_id = format!("plan-{}", ATTACKS.concat());
+    plan.seal();
     let dir = tempfile::tempdir().unwrap();
     let plan_file = dir.path().join("plan.json");
-    std::fs::write(&plan_file, plan.to_string()).unwrap();
+    std::fs::write(&plan_file, serde_json::to_string(&plan).unwrap()).unwrap();
     // After the review: someone else holds one (their name is hostile), one is deleted.
     let owner = hostile("owner", Backend::Sqlite).replace('\0', "");
     rt().block_on(async {

@@ -1,8 +1,12 @@
-//! The filters shared by `list`, `aggregate` and `plan`.
+//! The filters shared by `list`, `aggregate`, `plan`, `export` and the commands that
+//! change a selection (`resolve`, `discard`, `restore`, `prune`).
 
+use super::output::thousands;
 use clap::Args;
-use dlq::error::Result;
-use dlq::model::{validate_filter_value, Filter, State};
+use dlq::error::{DlqError, Result};
+use dlq::model::{validate_filter_value, validate_id, ContentMatch, Filter, State};
+use dlq::plan::Plan;
+use dlq::store::Store;
 use dlq::timeparse::{parse_time, time_arg};
 
 #[derive(Debug, Args, Clone)]
@@ -31,6 +35,18 @@ pub struct FilterArgs {
     /// Only rows in these states: pending, claimed, uncertain, replayed, discarded (a comma list), or all
     #[arg(long, default_value = "all", value_parser = state_list)]
     pub state: String,
+    /// Only dead letters whose body contains this text, byte for byte (no wildcards)
+    #[arg(long, value_name = "TEXT")]
+    pub grep: Option<String>,
+    /// Only dead letters whose error text contains this text (no wildcards)
+    #[arg(long, value_name = "TEXT")]
+    pub error_contains: Option<String>,
+    /// Only dead letters with this header value, as text (repeatable: all must match)
+    #[arg(long = "header", value_name = "KEY=VALUE")]
+    pub headers: Vec<String>,
+    /// Only JSON bodies with this value at a dotted path, as text: customer.id=c-17 (repeatable)
+    #[arg(long = "field", value_name = "PATH=VALUE")]
+    pub fields: Vec<String>,
 }
 
 /// clap value parser for `--state` (one value holding a comma list), checked now and
@@ -42,6 +58,25 @@ fn state_list(s: &str) -> std::result::Result<String, String> {
 }
 
 impl FilterArgs {
+    /// Whether no filter is given (`--state` aside).
+    pub fn is_empty(&self) -> bool {
+        [
+            &self.reason,
+            &self.producer,
+            &self.schema_version,
+            &self.source_queue,
+            &self.event_id,
+            &self.since,
+            &self.until,
+            &self.grep,
+            &self.error_contains,
+        ]
+        .iter()
+        .all(|v| v.is_none())
+            && self.headers.is_empty()
+            && self.fields.is_empty()
+    }
+
     /// Whether a relative time (`2h`) needs the database clock to resolve.
     pub fn needs_now(&self) -> bool {
         [&self.since, &self.until]
@@ -85,10 +120,35 @@ impl FilterArgs {
             .transpose()?;
         if let (Some(s), Some(u)) = (since, until) {
             if s >= u {
-                return Err(dlq::DlqError::usage("--since must be before --until"));
+                return Err(DlqError::usage("--since must be before --until"));
             }
         }
+        for (name, v) in [
+            ("grep", &self.grep),
+            ("error-contains", &self.error_contains),
+        ] {
+            if v.as_deref() == Some("") {
+                return Err(DlqError::usage(format!(
+                    "--{name} is empty: it would match everything"
+                )));
+            }
+        }
+        let headers = self
+            .headers
+            .iter()
+            .map(|h| ContentMatch::parse("header", h, false))
+            .collect::<Result<Vec<_>>>()?;
+        let fields = self
+            .fields
+            .iter()
+            .map(|f| ContentMatch::parse("field", f, true))
+            .collect::<Result<Vec<_>>>()?;
         Ok(Filter {
+            grep: self.grep.clone(),
+            error_contains: self.error_contains.clone(),
+            headers,
+            fields,
+            settled_before: None,
             reason: self.reason.clone(),
             producer: self.producer.clone(),
             schema_version: self.schema_version.clone(),
@@ -99,4 +159,78 @@ impl FilterArgs {
             states: State::parse_list(&self.state)?,
         })
     }
+}
+
+/// What a command that changes rows acts on.
+pub struct Selection {
+    pub ids: Vec<String>,
+    /// One ID typed by the operator (not a plan or filters).
+    pub single: bool,
+    pub plan_id: Option<String>,
+}
+
+/// The rows a command that changes them acts on: one ID, the items of a plan made on
+/// this database, or the rows the filters select in `state` (the only state the command
+/// can act on), refusing more than `limit`. `verb` names the change (`discarded`).
+pub async fn select(
+    store: &dyn Store,
+    id: Option<&str>,
+    plan: Option<&std::path::Path>,
+    filters: &FilterArgs,
+    state: State,
+    limit: i64,
+    verb: &str,
+) -> Result<Selection> {
+    if (id.is_some() || plan.is_some()) && !filters.is_empty() {
+        return Err(DlqError::usage(
+            "give a dead-letter ID, --plan FILE or filters, not both",
+        ));
+    }
+    if let Some(id) = id {
+        validate_id(id)?;
+        return Ok(Selection {
+            ids: vec![id.to_string()],
+            single: true,
+            plan_id: None,
+        });
+    }
+    if let Some(path) = plan {
+        let plan = Plan::load(path, store).await?;
+        return Ok(Selection {
+            ids: plan.ids(),
+            single: false,
+            plan_id: Some(plan.plan_id),
+        });
+    }
+    if filters.is_empty() {
+        return Err(DlqError::usage(format!(
+            "give a dead-letter ID, --plan FILE or at least one filter (--reason, --producer, --grep, ...): every {} dead letter is not a selection",
+            state.as_str()
+        )));
+    }
+    let mut filter = filters.resolve(store).await?;
+    match filter.states.as_slice() {
+        [] => filter.states = vec![state],
+        [s] if *s == state => {}
+        _ => {
+            return Err(DlqError::usage(format!(
+                "only {0} dead letters can be {verb}: use --state {0} (the default here)",
+                state.as_str()
+            )))
+        }
+    }
+    let (rows, total) = store.list(&filter, limit).await?;
+    if (rows.len() as i64) < total {
+        return Err(DlqError::usage(format!(
+            "the filters select {} {} dead letters, more than --limit {}: narrow them or raise --limit",
+            thousands(total),
+            state.as_str(),
+            limit
+        )));
+    }
+    Ok(Selection {
+        ids: rows.into_iter().map(|r| r.id).collect(),
+        single: false,
+        plan_id: None,
+    })
 }

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 #[derive(Debug, Args)]
 pub struct ImportArgs {
-    /// JSON lines file, or - for stdin
+    /// JSON lines file (as `export` writes it, or `show -o json` output), or - for stdin
     pub file: PathBuf,
     /// Keep rows whose ID already exists instead of failing
     #[arg(long)]
@@ -19,6 +19,12 @@ pub async fn run(ctx: &Ctx, args: ImportArgs) -> Result<u8> {
     let rows = if args.file.as_os_str() == "-" {
         dlq::import::read_lines(std::io::stdin().lock())?
     } else {
+        if args.file.is_dir() {
+            return Err(DlqError::usage(format!(
+                "cannot import {}: it is a directory (give a file, or - for stdin)",
+                args.file.display()
+            )));
+        }
         let f = std::fs::File::open(&args.file)
             .map_err(|e| DlqError::usage(format!("cannot open {}: {e}", args.file.display())))?;
         dlq::import::read_lines(BufReader::new(f))?

@@ -5,19 +5,24 @@ mod aggregate;
 mod capture;
 mod claim;
 mod completions;
+mod discard;
+mod export;
 mod filters;
 mod import;
 mod list;
 mod man;
 mod migrate;
+mod note;
 mod output;
 mod plan;
 mod profile;
 mod prompt;
+mod prune;
 mod release;
 mod replay;
 mod report;
 mod resolve;
+mod restore;
 mod show;
 
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
@@ -35,7 +40,7 @@ pub use output::Out;
     version,
     about = "Dead-letter triage and safe replay",
     long_about = "Dead-letter triage and safe replay.\n\nIsolate what is failing (list, aggregate, show), then replay one reviewed dead letter or a reviewed plan through claim -> publish with confirm -> mark.",
-    after_help = "Exit codes: 0 done, 1 error, 2 usage, 3 not_replayed/not_claimed/not_released, 4 not_found, 5 publish_failed, 6 uncertain, 130 interrupted."
+    after_help = "Exit codes: 0 done, 1 error, 2 usage, 3 not_replayed/not_claimed/not_released/not_resolved/not_discarded/not_restored, 4 not_found, 5 publish_failed, 6 uncertain, 130 interrupted."
 )]
 pub struct Cli {
     #[command(flatten)]
@@ -145,10 +150,20 @@ pub enum Command {
     Resolve(resolve::ResolveArgs),
     /// Freeze a reviewed, homogeneous selection into a plan (JSON on stdout)
     Plan(plan::PlanArgs),
-    /// Import dead letters from JSON lines (the shape `show -o json` prints)
+    /// Import dead letters from JSON lines (the shape `export` and `show -o json` print)
     Import(import::ImportArgs),
     /// Move the messages of a RabbitMQ dead-letter queue into the store
     Capture(capture::CaptureArgs),
+    /// Export dead letters as JSON lines that `import` reads back byte for byte
+    Export(export::ExportArgs),
+    /// Set dead letters aside with a note: never claimed, planned or replayed
+    Discard(discard::DiscardArgs),
+    /// Make discarded dead letters pending again, with a note
+    Restore(restore::RestoreArgs),
+    /// Add a note to a dead letter's history
+    Note(note::NoteArgs),
+    /// Delete dead letters replayed or discarded long ago, with their history
+    Prune(prune::PruneArgs),
     /// Create or upgrade the schema (safe to run again)
     Migrate(migrate::MigrateArgs),
     /// Print shell completions
@@ -272,7 +287,8 @@ impl Ctx {
         };
         let urls: Vec<SecretUrl> = raw
             .into_iter()
-            .filter(|u| !u.trim().is_empty())
+            .map(|u| u.trim().to_string())
+            .filter(|u| !u.is_empty())
             .map(SecretUrl::new)
             .collect();
         if urls.is_empty() {
@@ -549,7 +565,7 @@ pub fn main() -> u8 {
     // Register the passwords of the configured URLs before anything can print them.
     let _ = SecretUrl::new(cli.global.database_url.clone());
     for url in &cli.global.amqp_url {
-        let _ = SecretUrl::new(url.clone());
+        let _ = SecretUrl::new(url.trim().to_string());
     }
     warn_if_password_in_flag("--amqp-url", "DLQ_AMQP_URL", &cli.global.amqp_url);
     warn_if_password_in_flag(
@@ -600,6 +616,11 @@ async fn run(ctx: &Ctx, command: Command) -> Result<u8> {
         Command::Plan(a) => plan::run(ctx, a).await,
         Command::Import(a) => import::run(ctx, a).await,
         Command::Capture(a) => capture::run(ctx, a).await,
+        Command::Export(a) => export::run(ctx, a).await,
+        Command::Discard(a) => discard::run(ctx, a).await,
+        Command::Restore(a) => restore::run(ctx, a).await,
+        Command::Note(a) => note::run(ctx, a).await,
+        Command::Prune(a) => prune::run(ctx, a).await,
         Command::Migrate(a) => migrate::run(ctx, a).await,
         Command::Completions(a) => completions::run(ctx, a),
         Command::Man(a) => man::run(ctx, a),

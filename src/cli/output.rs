@@ -162,6 +162,12 @@ impl Out {
     pub fn clear_screen(&self) {
         self.write("\x1b[2J\x1b[H");
     }
+
+    /// A buffered stdout for a stream too long to hold (`export`); the caller handles
+    /// write errors (a full disk must not pass for a finished export).
+    pub fn stream(&self) -> std::io::BufWriter<std::io::Stdout> {
+        std::io::BufWriter::with_capacity(256 * 1024, std::io::stdout())
+    }
 }
 
 /// Resolves when the reader of stdout has gone away (a pipe whose other end closed);

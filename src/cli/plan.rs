@@ -1,6 +1,7 @@
 //! `dlq plan`: freezes a reviewed, homogeneous selection as JSON on stdout.
 
 use super::filters::FilterArgs;
+use super::output::thousands;
 use super::Ctx;
 use clap::Args;
 use dlq::error::{DlqError, Result};
@@ -44,9 +45,20 @@ pub async fn run(ctx: &Ctx, args: PlanArgs) -> Result<u8> {
     store.close().await;
     ctx.out.json(&plan);
     ctx.out.check()?;
-    eprintln!(
-        "plan {}: {} dead letters; review it, then `dlq replay --plan FILE`",
-        plan.plan_id, plan.count
-    );
+    let matched = plan.matched.unwrap_or(plan.count);
+    if matched > plan.count {
+        eprintln!(
+            "plan {}: {} of {} dead letters (raise --limit); review it, then `dlq replay --plan FILE`",
+            plan.plan_id,
+            thousands(plan.count as i64),
+            thousands(matched as i64)
+        );
+    } else {
+        eprintln!(
+            "plan {}: {} dead letters; review it, then `dlq replay --plan FILE`",
+            plan.plan_id,
+            thousands(plan.count as i64)
+        );
+    }
     Ok(dlq::exit::OK)
 }

@@ -260,6 +260,7 @@ async fn group(
     };
     let store = ctx.store_for_run(workers as u32 + 1).await?;
     store.check_schema().await?;
+    plan.check_database(store.as_ref()).await?;
     if require_consent(ctx, args.yes, "replay")? {
         eprintln!(
             "{}",

@@ -1,6 +1,7 @@
 //! The one report of a step on one dead letter (claim, release, replay, resolve, ...)
 //! and the one place that prints it.
 
+use super::output::thousands;
 use super::{Ctx, Format};
 use dlq::error::Result;
 use dlq::model::{NewHistory, Outcome, State};
@@ -125,4 +126,94 @@ pub fn emit_item(ctx: &Ctx, r: &ItemReport) -> u8 {
         )),
     }
     r.outcome.exit_code()
+}
+
+/// A change an operator applies to a selection (`discard`, `restore`).
+pub struct Change {
+    /// The history action (`discard`).
+    pub action: &'static str,
+    pub done: Outcome,
+    pub not_done: Outcome,
+    /// The report and history detail of a row changed.
+    pub detail: String,
+    /// What a row not changed reports, before why it is unavailable.
+    pub refused: &'static str,
+    pub plan_id: Option<String>,
+}
+
+/// Applies `act` (the store step, which records the history of the rows it changes) to
+/// `ids` a thousand at a time, records the refusals, prints one report per row (JSON
+/// lines for a selection) and returns the exit code of the worst.
+pub async fn apply_change<F, Fut>(
+    ctx: &Ctx,
+    store: &dyn Store,
+    operator: &str,
+    ids: &[String],
+    single: bool,
+    change: &Change,
+    mut act: F,
+) -> Result<u8>
+where
+    F: FnMut(Vec<String>, Vec<NewHistory>) -> Fut,
+    Fut: std::future::Future<Output = Result<Vec<String>>>,
+{
+    let mut worst: Option<Outcome> = None;
+    let mut changed_total = 0usize;
+    for chunk in ids.chunks(1000) {
+        let entries: Vec<NewHistory> = chunk
+            .iter()
+            .map(|id| {
+                let mut h = StepReport::new(id, change.done, change.detail.clone()).history(
+                    operator,
+                    change.action,
+                    None,
+                );
+                h.plan_id = change.plan_id.clone();
+                h
+            })
+            .collect();
+        let changed: std::collections::HashSet<String> =
+            act(chunk.to_vec(), entries).await?.into_iter().collect();
+        changed_total += changed.len();
+        for id in chunk {
+            let report = if changed.contains(id) {
+                StepReport::new(id, change.done, change.detail.clone())
+            } else {
+                let r = match store.summaries(std::slice::from_ref(id)).await?.first() {
+                    None => StepReport::new(
+                        id,
+                        Outcome::NotFound,
+                        format!("no dead letter with id {id:?}"),
+                    ),
+                    Some(row) => {
+                        let why = match row.state {
+                            State::Pending => "it is pending".to_string(),
+                            _ => why_unavailable(row, store.now().await?),
+                        };
+                        StepReport::new(id, change.not_done, format!("{}{why}", change.refused))
+                    }
+                };
+                r.record(store, operator, change.action, None).await;
+                r
+            };
+            match (single, ctx.format) {
+                (false, Format::Json) => ctx.out.json_line(&report),
+                _ => {
+                    emit(ctx, &report);
+                }
+            }
+            if worst.is_none_or(|w| report.outcome.severity() > w.severity()) {
+                worst = Some(report.outcome);
+            }
+        }
+    }
+    if !single {
+        eprintln!(
+            "{} {} of {} dead letters",
+            change.done,
+            thousands(changed_total as i64),
+            thousands(ids.len() as i64)
+        );
+    }
+    Ok(worst.map(|o| o.exit_code()).unwrap_or(dlq::exit::OK))
 }

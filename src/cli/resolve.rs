@@ -59,7 +59,7 @@ pub async fn run(ctx: &Ctx, args: ResolveArgs) -> Result<u8> {
             validate_id(id)?;
             (vec![id.clone()], true)
         }
-        (None, Some(path)) => (Plan::read(path)?.ids(), false),
+        (None, Some(path)) => (Plan::load(path, store.as_ref()).await?.ids(), false),
         (None, None) => {
             let mut filter = args.filters.resolve(store.as_ref()).await?;
             match filter.states.as_slice() {

@@ -45,6 +45,9 @@ pub struct NewDeadLetter {
     pub replay_attempt_at: Option<DateTime<Utc>>,
     pub discarded_at: Option<DateTime<Utc>>,
     pub discard_note: Option<String>,
+    /// The row's history, oldest first, as exported (restored by `import`); `None`: the
+    /// input carried none.
+    pub history: Option<Vec<HistoryEntry>>,
 }
 
 #[derive(Debug, Clone, Default, serde::Serialize)]
@@ -225,6 +228,96 @@ pub trait Store: Send + Sync {
     /// inserted. An error means nothing may be assumed committed (nor not committed).
     /// An empty slice writes nothing but checks that the schema has the capture key.
     async fn capture(&self, rows: &[CapturedLetter]) -> Result<Vec<CaptureOutcome>>;
+
+    // Triage (the contract's "Triage beyond replay").
+
+    /// The identity `dlq migrate` stored once for this database (table `dlq_meta`).
+    async fn database_id(&self) -> Result<String>;
+    /// How many rows match the filter.
+    async fn count(&self, filter: &Filter) -> Result<i64>;
+    /// Sets aside `pending` rows (they become `discarded`, with `note`) and appends the
+    /// entry of `history` of each row discarded, in one transaction. Returns the IDs
+    /// discarded.
+    async fn discard(
+        &self,
+        ids: &[String],
+        note: &str,
+        history: &[NewHistory],
+    ) -> Result<Vec<String>>;
+    /// Makes `discarded` rows `pending` again, with their history, in one transaction.
+    /// Returns the IDs restored.
+    async fn restore(&self, ids: &[String], history: &[NewHistory]) -> Result<Vec<String>>;
+    /// One batch of `prune`: of the next `window` rows in ID order after `after`, deletes
+    /// those that match `filter`, with their history, in one short transaction. The filter
+    /// must select only settled states and carry `settled_before`. Returns the last ID
+    /// looked at (`None`: the end of the table) and the number of rows deleted.
+    async fn prune_batch(
+        &self,
+        filter: &Filter,
+        after: Option<&str>,
+        window: i64,
+    ) -> Result<(Option<String>, u64)>;
+    /// Streams the rows that match, oldest first, each whole with its raw columns and its
+    /// history, to `sink`, in constant memory. The claim owner is its operator part only.
+    /// Returns the number of rows.
+    async fn export(
+        &self,
+        filter: &Filter,
+        sink: &mut (dyn FnMut(NewDeadLetter) -> Result<()> + Send),
+    ) -> Result<u64>;
+}
+
+/// A history entry as both stores' export queries render it (JSON, times in ms).
+#[derive(serde::Deserialize)]
+struct RawHistory {
+    at: i64,
+    operator: String,
+    action: String,
+    outcome: String,
+    detail: Option<String>,
+    token: Option<String>,
+    token_ref: Option<String>,
+    target: Option<String>,
+    plan_id: Option<String>,
+}
+
+/// The history an export query aggregated as a JSON array (NULL: none).
+pub(crate) fn parse_history_json(json: Option<&str>) -> Result<Vec<HistoryEntry>> {
+    let Some(json) = json else {
+        return Ok(Vec::new());
+    };
+    let raw: Vec<RawHistory> = serde_json::from_str(json)
+        .map_err(|e| DlqError::other(format!("database: unreadable history ({e})")))?;
+    Ok(raw
+        .into_iter()
+        .map(|h| HistoryEntry {
+            at: DateTime::from_timestamp_millis(h.at).unwrap_or_default(),
+            operator: h.operator,
+            action: h.action,
+            outcome: h.outcome,
+            detail: h.detail,
+            token_ref: h
+                .token
+                .as_deref()
+                .map(crate::model::token_ref)
+                .or(h.token_ref),
+            target: h.target,
+            plan_id: h.plan_id,
+        })
+        .collect())
+}
+
+/// Refuses a prune filter that could select a row that is not settled.
+pub(crate) fn check_prune_filter(filter: &Filter) -> Result<DateTime<Utc>> {
+    let settled = |s: &State| matches!(s, State::Replayed | State::Discarded);
+    if filter.states.is_empty() || !filter.states.iter().all(settled) {
+        return Err(DlqError::usage(
+            "prune deletes replayed or discarded dead letters only",
+        ));
+    }
+    filter
+        .settled_before
+        .ok_or_else(|| DlqError::usage("prune needs a time before which rows were settled"))
 }
 
 /// Opens the store named by the URL's scheme: `postgres://`, `postgresql://` or `sqlite:`.
@@ -353,6 +446,10 @@ macro_rules! push_filter {
             $qb.push(" AND dead_lettered_at < ");
             $qb.push_bind($ts(t));
         }
+        if let Some(t) = f.settled_before {
+            $qb.push(" AND COALESCE(replayed_at, discarded_at) < ");
+            $qb.push_bind($ts(t));
+        }
         if !f.states.is_empty() {
             let any: Vec<String> = f
                 .states
@@ -429,6 +526,7 @@ pub(crate) fn dimension_expr(d: Dimension, bucket: impl Fn(&str) -> String) -> S
         Dimension::Producer => "eff_producer".into(),
         Dimension::SchemaVersion => "eff_schema_version".into(),
         Dimension::SourceQueue => "source_queue".into(),
+        Dimension::ErrorClass => "eff_error_class".into(),
         Dimension::Hour => bucket("hour"),
         Dimension::Day => bucket("day"),
     }

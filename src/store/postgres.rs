@@ -1,9 +1,9 @@
 //! PostgreSQL: all of its SQL. Times are `timestamptz`; the clock is `now()`.
 
 use super::{
-    db_error, decode_state, dimension_expr, is_row_error, migration_error, newly_applied,
-    push_filter, state_counts, state_predicate, summary_columns, CaptureOutcome, CapturedLetter,
-    ImportReport, NewDeadLetter, PlanCandidate, Store, StoreOptions,
+    check_prune_filter, db_error, decode_state, dimension_expr, is_row_error, migration_error,
+    newly_applied, push_filter, state_counts, state_predicate, summary_columns, CaptureOutcome,
+    CapturedLetter, ImportReport, NewDeadLetter, PlanCandidate, Store, StoreOptions,
 };
 use crate::error::{DlqError, Result};
 use crate::model::{
@@ -15,7 +15,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use futures_util::TryStreamExt;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
-use sqlx::{QueryBuilder, Row};
+use sqlx::{ConnectOptions, QueryBuilder, Row};
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -29,6 +29,60 @@ pub struct PgStore {
 
 fn ms(d: Duration) -> String {
     format!("{}ms", d.as_millis().max(1))
+}
+
+/// The WHERE clause of a filter: the shared conditions, then the content filters. Every
+/// value is a bound parameter; `--header` and `--field` first look for their texts in
+/// the raw bytes (a cheap test that never rules out a match, see
+/// [`crate::model::ContentMatch::needles`]), and only then parse the JSON, and only where
+/// the columns derived at write time say it parses (no exception per row).
+fn push_where(qb: &mut QueryBuilder<'_, sqlx::Postgres>, f: &Filter) {
+    push_filter!(qb, f, NOW, |t: DateTime<Utc>| t);
+    if let Some(g) = &f.grep {
+        qb.push(" AND position(");
+        qb.push_bind(g.as_bytes().to_vec());
+        qb.push("::bytea IN body) > 0");
+    }
+    if let Some(e) = &f.error_contains {
+        qb.push(" AND strpos(error, ");
+        qb.push_bind(e.clone());
+        qb.push(") > 0");
+    }
+    for m in &f.headers {
+        qb.push(" AND CASE WHEN headers_are_json");
+        for n in m.needles(false) {
+            qb.push(" AND (strpos(headers_json, ");
+            qb.push_bind(n);
+            qb.push(") > 0 OR strpos(headers_json, '\\') > 0)");
+        }
+        qb.push(" THEN dlq_json_match(headers_json, ");
+        qb.push_bind(vec![m.key.clone()]);
+        push_match_value(qb, m);
+    }
+    for m in &f.fields {
+        qb.push(" AND CASE WHEN body_is_json");
+        for n in m.needles(true) {
+            qb.push(" AND (position(");
+            qb.push_bind(n.into_bytes());
+            qb.push("::bytea IN body) > 0 OR position('\\x5c'::bytea IN body) > 0)");
+        }
+        qb.push(" THEN dlq_json_match(convert_from(body, 'UTF8'), ");
+        qb.push_bind(m.path().into_iter().map(str::to_string).collect::<Vec<_>>());
+        push_match_value(qb, m);
+    }
+}
+
+fn push_match_value(qb: &mut QueryBuilder<'_, sqlx::Postgres>, m: &crate::model::ContentMatch) {
+    qb.push(", ");
+    qb.push_bind(m.value.clone());
+    qb.push(", ");
+    qb.push_bind(m.value_json().map(str::to_string));
+    qb.push(") ELSE false END");
+}
+
+/// A time as the export prints it: to the millisecond, the precision both stores keep.
+fn whole_ms(t: DateTime<Utc>) -> DateTime<Utc> {
+    DateTime::from_timestamp_millis(t.timestamp_millis()).unwrap_or(t)
 }
 
 impl PgStore {
@@ -45,7 +99,10 @@ impl PgStore {
                 ("statement_timeout", ms(opts.statement_timeout)),
                 ("lock_timeout", ms(opts.lock_timeout)),
                 ("TimeZone", "UTC".to_string()),
-            ]);
+            ])
+            // A long statement (an export, an aggregate over millions of rows) is not a
+            // warning for the operator; `-v` shows it.
+            .log_slow_statements(log::LevelFilter::Info, Duration::from_secs(1));
         let pool = PgPoolOptions::new()
             .max_connections(opts.max_connections)
             .test_before_acquire(opts.long_running)
@@ -154,6 +211,33 @@ fn step_sql(update: &str, n: usize) -> String {
     )
 }
 
+/// The history of an imported row, restored as it was exported (a row that comes without
+/// its history has none here).
+async fn import_history(
+    conn: &mut sqlx::PgConnection,
+    r: &NewDeadLetter,
+) -> std::result::Result<(), sqlx::Error> {
+    for h in r.history.as_deref().unwrap_or_default() {
+        sqlx::query(
+            "INSERT INTO dead_letter_history (dead_letter_id, at, operator, action, \
+             outcome, detail, target, plan_id, token_ref) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+        )
+        .bind(&r.id)
+        .bind(h.at)
+        .bind(&h.operator)
+        .bind(&h.action)
+        .bind(&h.outcome)
+        .bind(&h.detail)
+        .bind(&h.target)
+        .bind(&h.plan_id)
+        .bind(&h.token_ref)
+        .execute(&mut *conn)
+        .await?;
+    }
+    Ok(())
+}
+
 type PgQuery<'q> = sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>;
 
 impl PgStore {
@@ -201,7 +285,7 @@ impl Store for PgStore {
     async fn list(&self, filter: &Filter, limit: i64) -> Result<(Vec<Summary>, i64)> {
         let mut qb =
             QueryBuilder::new(format!("SELECT {} FROM dead_letters", summary_columns(NOW)));
-        push_filter!(qb, filter, NOW, |t: DateTime<Utc>| t);
+        push_where(&mut qb, filter);
         qb.push(" ORDER BY dead_lettered_at DESC, id LIMIT ");
         qb.push_bind(limit);
         let rows = qb.build().fetch_all(&self.pool).await.map_err(db_error)?;
@@ -214,7 +298,7 @@ impl Store for PgStore {
             items.len() as i64
         } else {
             let mut qb = QueryBuilder::new("SELECT count(*) FROM dead_letters");
-            push_filter!(qb, filter, NOW, |t: DateTime<Utc>| t);
+            push_where(&mut qb, filter);
             qb.build_query_scalar::<i64>()
                 .fetch_one(&self.pool)
                 .await
@@ -235,7 +319,7 @@ impl Store for PgStore {
             exprs.join(", "),
             state_counts(NOW, |p| format!("count(*) FILTER (WHERE {p})"))
         ));
-        push_filter!(qb, filter, NOW, |t: DateTime<Utc>| t);
+        push_where(&mut qb, filter);
         let positions: Vec<String> = (1..=n).map(|i| i.to_string()).collect();
         qb.push(format!(
             " GROUP BY {} ORDER BY {} DESC, {}",
@@ -305,7 +389,7 @@ impl Store for PgStore {
 
     async fn history(&self, id: &str) -> Result<Vec<HistoryEntry>> {
         let rows = sqlx::query(
-            "SELECT at, operator, action, outcome, detail, target, plan_id, token \
+            "SELECT at, operator, action, outcome, detail, target, plan_id, token, token_ref \
              FROM dead_letter_history WHERE dead_letter_id = $1 ORDER BY seq",
         )
         .bind(id)
@@ -320,7 +404,10 @@ impl Store for PgStore {
                     action: r.try_get("action")?,
                     outcome: r.try_get("outcome")?,
                     detail: r.try_get("detail")?,
-                    token_ref: r.try_get::<Option<&str>, _>("token")?.map(token_ref),
+                    token_ref: match r.try_get::<Option<&str>, _>("token")? {
+                        Some(t) => Some(token_ref(t)),
+                        None => r.try_get("token_ref")?,
+                    },
                     target: r.try_get("target")?,
                     plan_id: r.try_get("plan_id")?,
                 })
@@ -373,7 +460,16 @@ impl Store for PgStore {
                 .await;
             match res {
                 Ok(done) if done.rows_affected() == 0 => report.skipped_existing += 1,
-                Ok(_) => report.imported += 1,
+                Ok(_) => {
+                    report.imported += 1;
+                    import_history(&mut tx, &r).await.map_err(|e| {
+                        DlqError::other(format!(
+                            "line {}: {} (nothing was imported)",
+                            r.line,
+                            db_error(e)
+                        ))
+                    })?;
+                }
                 Err(e)
                     if e.as_database_error().and_then(|d| d.code()).as_deref() == Some("23505") =>
                 {
@@ -399,7 +495,7 @@ impl Store for PgStore {
         let mut qb = QueryBuilder::new(
             "SELECT id, reason, eff_producer, eff_schema_version, body FROM dead_letters",
         );
-        push_filter!(qb, filter, NOW, |t: DateTime<Utc>| t);
+        push_where(&mut qb, filter);
         qb.push(" ORDER BY dead_lettered_at, id LIMIT ");
         qb.push_bind(limit);
         let q = qb.build();
@@ -687,6 +783,159 @@ impl Store for PgStore {
             }
             Err(e) => Err(db_error(e)),
         }
+    }
+
+    async fn database_id(&self) -> Result<String> {
+        sqlx::query_scalar::<_, String>("SELECT value FROM dlq_meta WHERE key = 'database_id'")
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(db_error)?
+            .ok_or_else(|| DlqError::SchemaMissing("no database_id in dlq_meta".into()))
+    }
+
+    async fn count(&self, filter: &Filter) -> Result<i64> {
+        let mut qb = QueryBuilder::new("SELECT count(*) FROM dead_letters");
+        push_where(&mut qb, filter);
+        qb.build_query_scalar::<i64>()
+            .fetch_one(&self.pool)
+            .await
+            .map_err(db_error)
+    }
+
+    async fn discard(
+        &self,
+        ids: &[String],
+        note: &str,
+        history: &[NewHistory],
+    ) -> Result<Vec<String>> {
+        let sql = step_sql(
+            &format!(
+                "UPDATE dead_letters SET discarded_at = now(), discard_note = $2 \
+                 WHERE id = ANY($1) AND {} RETURNING id",
+                state_predicate(State::Pending, NOW)
+            ),
+            2,
+        );
+        self.step(sqlx::query(&sql).bind(ids).bind(note), history)
+            .await
+    }
+
+    async fn restore(&self, ids: &[String], history: &[NewHistory]) -> Result<Vec<String>> {
+        let sql = step_sql(
+            &format!(
+                "UPDATE dead_letters SET discarded_at = NULL, discard_note = NULL \
+                 WHERE id = ANY($1) AND {} RETURNING id",
+                state_predicate(State::Discarded, NOW)
+            ),
+            1,
+        );
+        self.step(sqlx::query(&sql).bind(ids), history).await
+    }
+
+    async fn prune_batch(
+        &self,
+        filter: &Filter,
+        after: Option<&str>,
+        window: i64,
+    ) -> Result<(Option<String>, u64)> {
+        check_prune_filter(filter)?;
+        // The window walks the primary key, so each statement reads a bounded stretch of
+        // the table and the whole run reads it once. The DELETE repeats the filter, so a
+        // row restored meanwhile is rechecked on its new version and kept.
+        let mut qb = QueryBuilder::new("WITH w AS (SELECT id FROM dead_letters");
+        if let Some(a) = after {
+            qb.push(" WHERE id > ");
+            qb.push_bind(a.to_string());
+        }
+        qb.push(" ORDER BY id LIMIT ");
+        qb.push_bind(window);
+        qb.push("), d AS (DELETE FROM dead_letters");
+        push_where(&mut qb, filter);
+        qb.push(
+            " AND id IN (SELECT id FROM w) RETURNING id), \
+             h AS (DELETE FROM dead_letter_history WHERE dead_letter_id IN (SELECT id FROM d)) \
+             SELECT (SELECT max(id) FROM w), (SELECT count(*) FROM d)",
+        );
+        let (last, deleted): (Option<String>, i64) = qb
+            .build_query_as()
+            .fetch_one(&self.pool)
+            .await
+            .map_err(db_error)?;
+        Ok((last, deleted as u64))
+    }
+
+    async fn export(
+        &self,
+        filter: &Filter,
+        sink: &mut (dyn FnMut(NewDeadLetter) -> Result<()> + Send),
+    ) -> Result<u64> {
+        // One statement streams every row; it is not bound by --statement-timeout, which
+        // is meant for statements that hold locks (this one takes none that writers wait on).
+        let mut tx = self.pool.begin().await.map_err(db_error)?;
+        sqlx::query("SET LOCAL statement_timeout = 0")
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?;
+        let mut qb = QueryBuilder::new(
+            "SELECT id, body, reason, attempts, headers_json, replayed_at, replay_claim_owner, \
+             replay_claim_expires_at, last_replay_error, event_id, error, producer, \
+             schema_version, source_queue, exchange, routing_key, dead_lettered_at, \
+             replay_attempt_at, discarded_at, discard_note, \
+             (SELECT json_agg(json_build_object('at', floor(extract(epoch FROM h.at) * 1000)::bigint, \
+                 'operator', h.operator, 'action', h.action, 'outcome', h.outcome, \
+                 'detail', h.detail, 'token', h.token, 'token_ref', h.token_ref, \
+                 'target', h.target, 'plan_id', h.plan_id) ORDER BY h.seq)::text \
+              FROM dead_letter_history h WHERE h.dead_letter_id = dead_letters.id) AS history \
+             FROM dead_letters",
+        );
+        push_where(&mut qb, filter);
+        qb.push(" ORDER BY dead_lettered_at, id COLLATE \"C\"");
+        let mut n = 0u64;
+        {
+            let mut rows = qb.build().fetch(&mut *tx);
+            while let Some(row) = rows.try_next().await.map_err(db_error)? {
+                let t = |c: &str| -> std::result::Result<Option<DateTime<Utc>>, sqlx::Error> {
+                    Ok(row.try_get::<Option<DateTime<Utc>>, _>(c)?.map(whole_ms))
+                };
+                let r = (|| -> std::result::Result<NewDeadLetter, sqlx::Error> {
+                    Ok(NewDeadLetter {
+                        line: 0,
+                        id: row.try_get("id")?,
+                        body: row.try_get("body")?,
+                        reason: row.try_get("reason")?,
+                        attempts: row.try_get::<i32, _>("attempts")? as i64,
+                        headers_json: row.try_get("headers_json")?,
+                        replayed_at: t("replayed_at")?,
+                        replay_claim_owner: row
+                            .try_get::<Option<&str>, _>("replay_claim_owner")?
+                            .map(|o| token_operator(o).to_string()),
+                        replay_claim_expires_at: t("replay_claim_expires_at")?,
+                        last_replay_error: row.try_get("last_replay_error")?,
+                        event_id: row.try_get("event_id")?,
+                        error: row.try_get("error")?,
+                        producer: row.try_get("producer")?,
+                        schema_version: row.try_get("schema_version")?,
+                        source_queue: row.try_get("source_queue")?,
+                        exchange: row.try_get("exchange")?,
+                        routing_key: row.try_get("routing_key")?,
+                        dead_lettered_at: t("dead_lettered_at")?,
+                        replay_attempt_at: t("replay_attempt_at")?,
+                        discarded_at: t("discarded_at")?,
+                        discard_note: row.try_get("discard_note")?,
+                        history: None,
+                    })
+                })()
+                .map_err(db_error)?;
+                let history: Option<&str> = row.try_get("history").map_err(db_error)?;
+                sink(NewDeadLetter {
+                    history: Some(super::parse_history_json(history)?),
+                    ..r
+                })?;
+                n += 1;
+            }
+        }
+        tx.rollback().await.map_err(db_error)?;
+        Ok(n)
     }
 }
 

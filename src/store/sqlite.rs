@@ -5,14 +5,14 @@
 //! ID sets are bound as one JSON array (`json_each`), so a batch needs one parameter.
 
 use super::{
-    db_error, decode_state, dimension_expr, is_row_error, migration_error, newly_applied,
-    push_filter, state_counts, state_predicate, summary_columns, CaptureOutcome, CapturedLetter,
-    ImportReport, NewDeadLetter, PlanCandidate, Store, StoreOptions,
+    check_prune_filter, db_error, decode_state, dimension_expr, is_row_error, migration_error,
+    newly_applied, push_filter, state_counts, state_predicate, summary_columns, CaptureOutcome,
+    CapturedLetter, ImportReport, NewDeadLetter, PlanCandidate, Store, StoreOptions,
 };
 use crate::error::{DlqError, Result};
 use crate::model::{
-    sha256_hex, token_operator, token_ref, DeadLetter, Dimension, Filter, Group, GroupKey,
-    HistoryEntry, NewHistory, State, Summary,
+    sha256_hex, token_operator, token_ref, ContentMatch, DeadLetter, Dimension, Filter, Group,
+    GroupKey, HistoryEntry, NewHistory, State, Summary,
 };
 use crate::secret::SecretUrl;
 use async_trait::async_trait;
@@ -22,7 +22,7 @@ use sqlx::sqlite::{
     SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
     SqliteRow, SqliteSynchronous,
 };
-use sqlx::{QueryBuilder, Row};
+use sqlx::{ConnectOptions, QueryBuilder, Row};
 use std::collections::HashSet;
 use std::str::FromStr;
 use std::time::Duration;
@@ -50,6 +50,83 @@ fn ids_json(ids: &[String]) -> String {
 }
 
 const IN_IDS: &str = "id IN (SELECT value FROM json_each(?1))";
+
+/// The WHERE clause of a filter: the shared conditions, then the content filters. Every
+/// value is a bound parameter; `--header` and `--field` first look for their texts in
+/// the raw bytes (a cheap test that never rules out a match, see
+/// [`ContentMatch::needles`]), then check the JSON with `json_valid` (which never raises)
+/// before reading it.
+fn push_where(qb: &mut QueryBuilder<'_, sqlx::Sqlite>, f: &Filter) {
+    push_filter!(qb, f, NOW_MS, to_ms);
+    if let Some(g) = &f.grep {
+        qb.push(" AND instr(body, ");
+        qb.push_bind(g.as_bytes().to_vec());
+        qb.push(") > 0");
+    }
+    if let Some(e) = &f.error_contains {
+        qb.push(" AND instr(error, ");
+        qb.push_bind(e.clone());
+        qb.push(") > 0");
+    }
+    // The byte tests come first: SQLite evaluates AND from the left and stops early.
+    for m in &f.headers {
+        qb.push(" AND CASE WHEN 1");
+        for n in m.needles(false) {
+            qb.push(" AND (instr(headers_json, ");
+            qb.push_bind(n);
+            qb.push(") > 0 OR instr(headers_json, '\\') > 0)");
+        }
+        qb.push(" AND json_valid(headers_json) THEN");
+        push_json_match(qb, "headers_json", &[m.key.as_str()], m);
+        qb.push(" ELSE 0 END");
+    }
+    for m in &f.fields {
+        qb.push(" AND CASE WHEN 1");
+        for n in m.needles(true) {
+            qb.push(" AND (instr(body, ");
+            qb.push_bind(n.into_bytes());
+            qb.push(") > 0 OR instr(body, X'5c') > 0)");
+        }
+        qb.push(
+            " AND json_valid(CAST(body AS TEXT)) \
+             AND json_type(CAST(body AS TEXT)) = 'object' THEN",
+        );
+        push_json_match(qb, "CAST(body AS TEXT)", &m.path(), m);
+        qb.push(" ELSE 0 END");
+    }
+}
+
+/// The comparison of the value at `path` in the JSON object `doc` (see
+/// [`ContentMatch`]): a string as its value, an array or object as JSON, anything else
+/// as its JSON text as written (`->` keeps a number's text).
+fn push_json_match(
+    qb: &mut QueryBuilder<'_, sqlx::Sqlite>,
+    doc: &str,
+    path: &[&str],
+    m: &ContentMatch,
+) {
+    let path: String = std::iter::once("$".to_string())
+        .chain(path.iter().map(|k| format!(".\"{k}\"")))
+        .collect();
+    qb.push(format!(" CASE json_type({doc}, "));
+    qb.push_bind(path.clone());
+    qb.push(format!(") WHEN 'text' THEN json_extract({doc}, "));
+    qb.push_bind(path.clone());
+    qb.push(") = ");
+    qb.push_bind(m.value.clone());
+    for kind in ["array", "object"] {
+        qb.push(format!(" WHEN '{kind}' THEN json({doc} -> "));
+        qb.push_bind(path.clone());
+        qb.push(") = json(");
+        qb.push_bind(m.value_json().map(str::to_string));
+        qb.push(")");
+    }
+    qb.push(format!(" ELSE ({doc} -> "));
+    qb.push_bind(path);
+    qb.push(") = ");
+    qb.push_bind(m.value.clone());
+    qb.push(" END");
+}
 
 fn opt_time(row: &SqliteRow, col: &str) -> std::result::Result<Option<DateTime<Utc>>, sqlx::Error> {
     Ok(row.try_get::<Option<i64>, _>(col)?.map(from_ms))
@@ -119,7 +196,10 @@ impl SqliteStore {
             // FULL: a committed mark survives a power loss (NORMAL in WAL mode may undo
             // the last commits), so `replayed` never reverts to a state that replays again.
             .synchronous(SqliteSynchronous::Full)
-            .busy_timeout(opts.busy_timeout);
+            .busy_timeout(opts.busy_timeout)
+            // A long statement (an export, an aggregate over millions of rows) is not a
+            // warning for the operator; `-v` shows it.
+            .log_slow_statements(log::LevelFilter::Info, Duration::from_secs(1));
         if opts.create {
             // WAL is a property of the database file: `dlq migrate` sets it once, for
             // dlq and the workers alike, and every later connection inherits it.
@@ -240,6 +320,33 @@ async fn insert_history(
     Ok(())
 }
 
+/// The history of an imported row, restored as it was exported (a row that comes without
+/// its history has none here).
+async fn import_history(
+    conn: &mut SqliteConnection,
+    r: &NewDeadLetter,
+) -> std::result::Result<(), sqlx::Error> {
+    for h in r.history.as_deref().unwrap_or_default() {
+        sqlx::query(
+            "INSERT INTO dead_letter_history (dead_letter_id, at, operator, action, \
+             outcome, detail, target, plan_id, token_ref) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+        )
+        .bind(&r.id)
+        .bind(to_ms(h.at))
+        .bind(&h.operator)
+        .bind(&h.action)
+        .bind(&h.outcome)
+        .bind(&h.detail)
+        .bind(&h.target)
+        .bind(&h.plan_id)
+        .bind(&h.token_ref)
+        .execute(&mut *conn)
+        .await?;
+    }
+    Ok(())
+}
+
 #[async_trait]
 impl Store for SqliteStore {
     async fn migrate(&self) -> Result<Vec<String>> {
@@ -275,7 +382,7 @@ impl Store for SqliteStore {
             "SELECT {} FROM dead_letters",
             summary_columns(NOW_MS)
         ));
-        push_filter!(qb, filter, NOW_MS, to_ms);
+        push_where(&mut qb, filter);
         qb.push(" ORDER BY dead_lettered_at DESC, id LIMIT ");
         qb.push_bind(limit);
         let rows = qb.build().fetch_all(&self.pool).await.map_err(self.err())?;
@@ -288,7 +395,7 @@ impl Store for SqliteStore {
             items.len() as i64
         } else {
             let mut qb = QueryBuilder::new("SELECT count(*) FROM dead_letters");
-            push_filter!(qb, filter, NOW_MS, to_ms);
+            push_where(&mut qb, filter);
             qb.build_query_scalar::<i64>()
                 .fetch_one(&self.pool)
                 .await
@@ -320,7 +427,7 @@ impl Store for SqliteStore {
                 "total(CASE WHEN {p} THEN 1 ELSE 0 END)"
             ))
         ));
-        push_filter!(qb, filter, NOW_MS, to_ms);
+        push_where(&mut qb, filter);
         let positions: Vec<String> = (1..=n).map(|i| i.to_string()).collect();
         qb.push(format!(
             " GROUP BY {} ORDER BY {} DESC, {}",
@@ -390,7 +497,7 @@ impl Store for SqliteStore {
 
     async fn history(&self, id: &str) -> Result<Vec<HistoryEntry>> {
         let rows = sqlx::query(
-            "SELECT at, operator, action, outcome, detail, target, plan_id, token \
+            "SELECT at, operator, action, outcome, detail, target, plan_id, token, token_ref \
              FROM dead_letter_history WHERE dead_letter_id = ?1 ORDER BY seq",
         )
         .bind(id)
@@ -405,7 +512,10 @@ impl Store for SqliteStore {
                     action: text(r, "action")?,
                     outcome: text(r, "outcome")?,
                     detail: text(r, "detail")?,
-                    token_ref: text::<Option<String>, _>(r, "token")?.map(|t| token_ref(&t)),
+                    token_ref: match text::<Option<String>, _>(r, "token")? {
+                        Some(t) => Some(token_ref(&t)),
+                        None => text(r, "token_ref")?,
+                    },
                     target: text(r, "target")?,
                     plan_id: text(r, "plan_id")?,
                 })
@@ -452,7 +562,16 @@ impl Store for SqliteStore {
                 .await;
             match res {
                 Ok(done) if done.rows_affected() == 0 => report.skipped_existing += 1,
-                Ok(_) => report.imported += 1,
+                Ok(_) => {
+                    report.imported += 1;
+                    import_history(&mut tx, &r).await.map_err(|e| {
+                        DlqError::other(format!(
+                            "line {}: {} (nothing was imported)",
+                            r.line,
+                            self.err()(e)
+                        ))
+                    })?;
+                }
                 Err(e)
                     if e.as_database_error()
                         .map(|d| d.is_unique_violation())
@@ -480,7 +599,7 @@ impl Store for SqliteStore {
         let mut qb = QueryBuilder::new(
             "SELECT id, reason, eff_producer, eff_schema_version, body FROM dead_letters",
         );
-        push_filter!(qb, filter, NOW_MS, to_ms);
+        push_where(&mut qb, filter);
         qb.push(" ORDER BY dead_lettered_at, id LIMIT ");
         qb.push_bind(limit);
         let q = qb.build();
@@ -757,6 +876,176 @@ impl Store for SqliteStore {
             .collect();
         tx.commit().await.map_err(self.err())?;
         Ok(out)
+    }
+
+    async fn database_id(&self) -> Result<String> {
+        sqlx::query_scalar::<_, String>("SELECT value FROM dlq_meta WHERE key = 'database_id'")
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(self.err())?
+            .ok_or_else(|| DlqError::SchemaMissing("no database_id in dlq_meta".into()))
+    }
+
+    async fn count(&self, filter: &Filter) -> Result<i64> {
+        let mut qb = QueryBuilder::new("SELECT count(*) FROM dead_letters");
+        push_where(&mut qb, filter);
+        qb.build_query_scalar::<i64>()
+            .fetch_one(&self.pool)
+            .await
+            .map_err(self.err())
+    }
+
+    async fn discard(
+        &self,
+        ids: &[String],
+        note: &str,
+        history: &[NewHistory],
+    ) -> Result<Vec<String>> {
+        let sql = format!(
+            "UPDATE dead_letters SET discarded_at = {NOW_MS}, discard_note = ?2 \
+             WHERE {IN_IDS} AND {} RETURNING id",
+            state_predicate(State::Pending, NOW_MS)
+        );
+        let query = sqlx::query(&sql).bind(ids_json(ids)).bind(note.to_string());
+        self.step(query, history).await
+    }
+
+    async fn restore(&self, ids: &[String], history: &[NewHistory]) -> Result<Vec<String>> {
+        let sql = format!(
+            "UPDATE dead_letters SET discarded_at = NULL, discard_note = NULL \
+             WHERE {IN_IDS} AND {} RETURNING id",
+            state_predicate(State::Discarded, NOW_MS)
+        );
+        self.step(sqlx::query(&sql).bind(ids_json(ids)), history)
+            .await
+    }
+
+    async fn prune_batch(
+        &self,
+        filter: &Filter,
+        after: Option<&str>,
+        window: i64,
+    ) -> Result<(Option<String>, u64)> {
+        check_prune_filter(filter)?;
+        // A window of the primary key per write transaction: a worker's INSERT waits for
+        // one short batch, and the whole run reads the table once.
+        let started = std::time::Instant::now();
+        let mut tx = self.begin_write().await?;
+        let mut qb = QueryBuilder::new("SELECT max(id) FROM (SELECT id FROM dead_letters");
+        if let Some(a) = after {
+            qb.push(" WHERE id > ");
+            qb.push_bind(a.to_string());
+        }
+        qb.push(" ORDER BY id LIMIT ");
+        qb.push_bind(window);
+        qb.push(")");
+        let last: Option<String> = qb
+            .build_query_scalar()
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(self.err())?;
+        let Some(last) = last else {
+            tx.rollback().await.map_err(self.err())?;
+            return Ok((None, 0));
+        };
+        let mut qb = QueryBuilder::new("DELETE FROM dead_letters");
+        push_where(&mut qb, filter);
+        if let Some(a) = after {
+            qb.push(" AND id > ");
+            qb.push_bind(a.to_string());
+        }
+        qb.push(" AND id <= ");
+        qb.push_bind(last.clone());
+        qb.push(" RETURNING id");
+        let deleted: Vec<String> = qb
+            .build_query_scalar()
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(self.err())?;
+        if !deleted.is_empty() {
+            sqlx::query(
+                "DELETE FROM dead_letter_history \
+                 WHERE dead_letter_id IN (SELECT value FROM json_each(?1))",
+            )
+            .bind(ids_json(&deleted))
+            .execute(&mut *tx)
+            .await
+            .map_err(self.err())?;
+        }
+        tx.commit().await.map_err(self.err())?;
+        // A writer waiting for the lock does not queue: SQLite's busy handler sleeps and
+        // polls again (up to 100 ms apart). Batches back to back would keep taking the
+        // lock first; a pause as long as the batch leaves the lock free half the time.
+        tokio::time::sleep(
+            started
+                .elapsed()
+                .clamp(Duration::from_millis(2), Duration::from_millis(200)),
+        )
+        .await;
+        Ok((Some(last), deleted.len() as u64))
+    }
+
+    async fn export(
+        &self,
+        filter: &Filter,
+        sink: &mut (dyn FnMut(NewDeadLetter) -> Result<()> + Send),
+    ) -> Result<u64> {
+        // One statement, so one snapshot; in WAL mode it never blocks a writer.
+        let mut qb = QueryBuilder::new(
+            "SELECT id, body, reason, attempts, headers_json, replayed_at, replay_claim_owner, \
+             replay_claim_expires_at, last_replay_error, event_id, error, producer, \
+             schema_version, source_queue, exchange, routing_key, dead_lettered_at, \
+             replay_attempt_at, discarded_at, discard_note, \
+             (SELECT json_group_array(json_object('at', h.at, 'operator', h.operator, \
+                 'action', h.action, 'outcome', h.outcome, 'detail', h.detail, \
+                 'token', h.token, 'token_ref', h.token_ref, 'target', h.target, \
+                 'plan_id', h.plan_id)) \
+              FROM (SELECT * FROM dead_letter_history \
+                    WHERE dead_letter_id = dead_letters.id ORDER BY seq) h) AS history \
+             FROM dead_letters",
+        );
+        push_where(&mut qb, filter);
+        qb.push(" ORDER BY dead_lettered_at, id");
+        let mut n = 0u64;
+        let mut rows = qb.build().fetch(&self.pool);
+        while let Some(row) = rows.try_next().await.map_err(self.err())? {
+            let r = (|| -> std::result::Result<NewDeadLetter, sqlx::Error> {
+                Ok(NewDeadLetter {
+                    line: 0,
+                    id: row.try_get("id")?,
+                    body: row.try_get("body")?,
+                    reason: row.try_get("reason")?,
+                    attempts: row.try_get("attempts")?,
+                    headers_json: row.try_get("headers_json")?,
+                    replayed_at: opt_time(&row, "replayed_at")?,
+                    replay_claim_owner: row
+                        .try_get::<Option<&str>, _>("replay_claim_owner")?
+                        .map(|o| token_operator(o).to_string()),
+                    replay_claim_expires_at: opt_time(&row, "replay_claim_expires_at")?,
+                    last_replay_error: row.try_get("last_replay_error")?,
+                    event_id: row.try_get("event_id")?,
+                    error: row.try_get("error")?,
+                    producer: row.try_get("producer")?,
+                    schema_version: row.try_get("schema_version")?,
+                    source_queue: row.try_get("source_queue")?,
+                    exchange: row.try_get("exchange")?,
+                    routing_key: row.try_get("routing_key")?,
+                    dead_lettered_at: opt_time(&row, "dead_lettered_at")?,
+                    replay_attempt_at: opt_time(&row, "replay_attempt_at")?,
+                    discarded_at: opt_time(&row, "discarded_at")?,
+                    discard_note: row.try_get("discard_note")?,
+                    history: None,
+                })
+            })()
+            .map_err(self.err())?;
+            let history: Option<&str> = row.try_get("history").map_err(self.err())?;
+            sink(NewDeadLetter {
+                history: Some(super::parse_history_json(history)?),
+                ..r
+            })?;
+            n += 1;
+        }
+        Ok(n)
     }
 }
 

@@ -90,13 +90,22 @@ up)
     epmd -port "$EPMD" -address 127.0.0.1 -daemon
     for i in 0 1 2; do start_node "$i" & done
     wait
+    # Each step is retried: on a busy machine a node can take a while to answer.
+    retry() {
+        local n
+        for n in 1 2 3 4 5; do
+            "$@" >/dev/null 2>&1 && return 0
+            sleep 2
+        done
+        "$@"
+    }
     for i in 1 2; do
-        ctl "$i" stop_app >/dev/null
-        ctl "$i" reset >/dev/null
-        ctl "$i" join_cluster dlqa@localhost >/dev/null 2>&1
-        ctl "$i" start_app >/dev/null
+        retry ctl "$i" stop_app
+        retry ctl "$i" reset
+        retry ctl "$i" join_cluster dlqa@localhost
+        retry ctl "$i" start_app
     done
-    ctl 0 await_startup >/dev/null
+    retry ctl 0 await_startup
     ;;
 down)
     for i in 0 1 2; do

@@ -1,0 +1,44 @@
+//! `dlq note ID TEXT`: a free-text entry in a dead letter's history (an investigation
+//! link, a ticket), with the operator and the database time. `show` prints it.
+
+use super::report::{emit, StepReport};
+use super::Ctx;
+use clap::Args;
+use dlq::error::{DlqError, Result};
+use dlq::model::{validate_id, Outcome};
+
+#[derive(Debug, Args)]
+pub struct NoteArgs {
+    /// The dead-letter ID
+    pub id: String,
+    /// The note
+    pub text: String,
+}
+
+pub async fn run(ctx: &Ctx, args: NoteArgs) -> Result<u8> {
+    validate_id(&args.id)?;
+    if args.text.trim().is_empty() {
+        return Err(DlqError::usage("the note is empty"));
+    }
+    let operator = ctx.operator()?;
+    let store = ctx.store_for_writes().await?;
+    let report = if store
+        .summaries(std::slice::from_ref(&args.id))
+        .await?
+        .is_empty()
+    {
+        StepReport::new(
+            &args.id,
+            Outcome::NotFound,
+            format!("no dead letter with id {:?}", args.id),
+        )
+    } else {
+        let r = StepReport::new(&args.id, Outcome::Noted, args.text.clone());
+        store
+            .append_history(&[r.history(&operator, "note", None)])
+            .await?;
+        r
+    };
+    store.close().await;
+    Ok(emit(ctx, &report))
+}
