@@ -207,7 +207,8 @@ fn bless(line: &str) -> String {
     .unwrap();
     // Random (v4) and time-ordered (v7, capture's row IDs) UUIDs vary run to run; the
     // examples' fixed IDs (v5) are kept.
-    let v4 = Regex::new(r"[0-9a-f]{8}-[0-9a-f]{4}-[47][0-9a-f]{3}-[0-9a-f]{4}-[0-9a-f]{12}").unwrap();
+    let v4 =
+        Regex::new(r"[0-9a-f]{8}-[0-9a-f]{4}-[47][0-9a-f]{3}-[0-9a-f]{4}-[0-9a-f]{12}").unwrap();
     let epoch = Regex::new(r#""time": \d{10}"#).unwrap();
     let left = Regex::new(r"\d+s left").unwrap();
     // Times of the bundled examples are fixed; only times of this run vary.
