@@ -351,7 +351,11 @@ pub async fn run_plan(
     };
     let turns = Arc::new(tokio::sync::Mutex::new(()));
     let worker = || async {
-        let mut broker = make_broker().taking_turns(turns.clone());
+        // One worker has nobody to take turns with.
+        let mut broker = match opts.workers > 1 {
+            true => make_broker().taking_turns(turns.clone()),
+            false => make_broker(),
+        };
         broker.connect_early();
         let result = run.worker(&mut broker).await;
         broker.close().await;

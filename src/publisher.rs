@@ -261,6 +261,11 @@ impl Broker {
         self
     }
 
+    /// Whether this connection takes turns with others (see [`Broker::taking_turns`]).
+    pub fn takes_turns(&self) -> bool {
+        self.turns.is_some()
+    }
+
     /// Waits for this connection's turn to publish, if it takes turns; gives up when
     /// stopped (the caller sees the flag).
     pub async fn turn(&self, stop: &AtomicBool) -> Option<Turn> {

@@ -344,10 +344,9 @@ impl<'a> Batch<'a> {
             return (Vec::new(), None);
         }
         let connected = broker.connect(stop).await;
-        let turn = match connected {
-            Ok(()) => broker.turn(stop).await,
-            Err(_) => None,
-        };
+        // The turn is taken after the first chunk's attempt is written, so that the
+        // attempt's SQL overlaps the other connection's publishing.
+        let mut turn = None;
         let token = self.token.clone();
         if let Err(NoConnection::Failed(why)) = &connected {
             let ids: Vec<String> = ready.iter().map(|(id, _)| id.clone()).collect();
@@ -367,7 +366,10 @@ impl<'a> Batch<'a> {
             }
             let rest = ready.split_off(broker.chunk_len(ready.len()).min(ready.len()));
             let chunk = std::mem::replace(&mut ready, rest);
-            if !self.send_chunk(store, broker, chunk, &mut sent, stop).await {
+            if !self
+                .send_chunk(store, broker, chunk, &mut sent, &mut turn, stop)
+                .await
+            {
                 let ids: Vec<String> = ready.drain(..).map(|(id, _)| id).collect();
                 let why = "not attempted: the database could not record the attempt; nothing was published";
                 self.release(store, &ids, &token, Outcome::NotReplayed, why)
@@ -377,20 +379,28 @@ impl<'a> Batch<'a> {
         (sent, turn)
     }
 
-    /// One chunk: its attempt, then its publishes. False when the attempt could not be
-    /// written (the database is in trouble: the caller stops).
+    /// One chunk: its attempt, then (once this connection has its turn, if it takes
+    /// turns) its publishes. False when the attempt could not be written (the database is
+    /// in trouble: the caller stops).
     async fn send_chunk(
         &mut self,
         store: &dyn Store,
         broker: &Broker,
         chunk: Vec<(String, Target)>,
         sent: &mut Vec<Sent>,
+        turn: &mut Option<Turn>,
         stop: &AtomicBool,
     ) -> bool {
         let (token, new) = (self.token.clone(), new_token(&self.opts.operator));
         let bytes = chunk.iter().map(|(id, _)| self.rows[id].body.len()).sum();
         let budget = broker.send_budget(chunk.len(), bytes);
-        let outlive = broker.confirm_timeout() + budget + LEASE_MARGIN;
+        // Waiting for the turn: the other connection's sending and confirm wait.
+        let wait_turn = turn.is_none() && broker.takes_turns();
+        let allowance = match wait_turn {
+            true => broker.confirm_timeout() + budget,
+            false => Duration::ZERO,
+        };
+        let outlive = broker.confirm_timeout() + budget + LEASE_MARGIN + allowance;
         let ids: Vec<String> = chunk.iter().map(|(id, _)| id.clone()).collect();
         let entries: Vec<NewHistory> = chunk
             .iter()
@@ -415,6 +425,9 @@ impl<'a> Batch<'a> {
                     return false;
                 }
             };
+        if wait_turn && !attempted.is_empty() {
+            *turn = broker.turn(stop).await;
+        }
         let publisher = broker.publisher().expect("connected before attempting");
         let mut unsent = Vec::new();
         for (id, target) in chunk {
@@ -434,7 +447,9 @@ impl<'a> Batch<'a> {
                 continue;
             }
             self.attempt_tokens.insert(id.clone(), new.clone());
-            if stop.load(Ordering::SeqCst) || started.elapsed() > budget + LEASE_MARGIN / 2 {
+            if stop.load(Ordering::SeqCst)
+                || started.elapsed() > allowance + budget + LEASE_MARGIN / 2
+            {
                 unsent.push(id);
                 continue;
             }

@@ -405,7 +405,7 @@ fn sigkill_midway_leaves_no_unconfirmed_mark_and_a_rerun_completes() {
         &plan_path,
         "--yes",
         "--lease",
-        "7s",
+        "10s",
         "--connect-timeout",
         "1s",
         "--confirm-timeout",

@@ -101,7 +101,11 @@ pub async fn run(ctx: &Ctx, args: ReplayArgs) -> Result<u8> {
         .map(|r| Duration::from_secs_f64(1.0 / r))
         .unwrap_or_default()
         .max(Duration::from_secs(1));
-    let needed = ctx.global.connect_timeout + args.confirm_timeout + period + LEASE_MARGIN;
+    let mut needed = ctx.global.connect_timeout + args.confirm_timeout + period + LEASE_MARGIN;
+    if args.plan.is_some() && args.rate.is_none() && args.workers > 1 {
+        // Workers take turns: one may wait for another's sending and confirm wait.
+        needed += args.confirm_timeout + period;
+    }
     if args.lease <= needed {
         return Err(DlqError::usage(format!(
             "--lease {} must be longer than --connect-timeout {} plus --confirm-timeout {} plus {} of sending and a {} margin, or the lease could lapse mid-publish",

@@ -79,7 +79,10 @@ pub async fn run(ctx: &Ctx, args: ResolveArgs) -> Result<u8> {
                     args.limit
                 )));
             }
-            (rows.into_iter().map(|r| r.id).collect(), false)
+            // In ID order: a selection resolves (and reports) the same way every time.
+            let mut ids: Vec<String> = rows.into_iter().map(|r| r.id).collect();
+            ids.sort();
+            (ids, false)
         }
     };
     let decision = if args.delivered {
