@@ -6,7 +6,6 @@
 mod common;
 use common::*;
 use lapin::types::{AMQPValue, FieldTable};
-use std::collections::HashMap;
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -115,15 +114,6 @@ fn plan_file(db: &TestDb) -> tempfile::NamedTempFile {
     let f = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(f.path(), &r.stdout).unwrap();
     f
-}
-
-fn per_id(msgs: &[Received]) -> HashMap<String, usize> {
-    let mut m = HashMap::new();
-    for x in msgs {
-        *m.entry(x.headers["x-dead-letter-id"].as_str().unwrap().to_string())
-            .or_default() += 1;
-    }
-    m
 }
 
 fn replayed(db: &TestDb) -> i64 {

@@ -35,15 +35,6 @@ fn replay_plan(db: &TestDb, plan: &tempfile::NamedTempFile, extra: &[&str]) -> R
     db.dlq(&args)
 }
 
-fn per_id(msgs: &[Received]) -> HashMap<String, usize> {
-    let mut m = HashMap::new();
-    for x in msgs {
-        *m.entry(x.headers["x-dead-letter-id"].as_str().unwrap().to_string())
-            .or_default() += 1;
-    }
-    m
-}
-
 #[test]
 fn plan_freezes_ids_and_hashes_and_refuses_a_mix() {
     for b in BACKENDS {

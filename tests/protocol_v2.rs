@@ -6,22 +6,12 @@
 mod common;
 use common::*;
 use lapin::types::{AMQPValue, FieldTable};
-use std::collections::HashMap;
 use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const BODY: &[u8] = br#"{"event_id":"evt-1","amount":10}"#;
-
-fn per_id(msgs: &[Received]) -> HashMap<String, usize> {
-    let mut m = HashMap::new();
-    for x in msgs {
-        *m.entry(x.headers["x-dead-letter-id"].as_str().unwrap().to_string())
-            .or_default() += 1;
-    }
-    m
-}
 
 fn seed(db: &TestDb, rows: impl Iterator<Item = (String, String)>) {
     let mut lines = String::new();
@@ -70,12 +60,7 @@ fn lapse_leases(db: &TestDb) {
 /// publish (max length 0, reject-publish): RabbitMQ nacks, one queue holds a copy.
 fn fanout_with_a_full_queue(rabbit: &mut Rabbit) -> (String, String) {
     let ok = rabbit.queue("dlq_v2_fan_ok");
-    let mut args = FieldTable::default();
-    args.insert("x-max-length".into(), AMQPValue::LongLongInt(0));
-    args.insert(
-        "x-overflow".into(),
-        AMQPValue::LongString("reject-publish".into()),
-    );
+    let args = refusing_queue_args();
     let full = rabbit.queue_with("dlq_v2_fan_full", args);
     let x = rabbit.exchange_of("dlq_v2_fanout", lapin::ExchangeKind::Fanout);
     rabbit.bind(&ok, &x, "");
@@ -279,12 +264,7 @@ fn a_nack_through_a_named_exchange_is_uncertain_and_never_replayed_again() {
 #[test]
 fn a_nack_on_the_default_exchange_is_a_certain_failure() {
     let mut rabbit = Rabbit::new();
-    let mut args = FieldTable::default();
-    args.insert("x-max-length".into(), AMQPValue::LongLongInt(0));
-    args.insert(
-        "x-overflow".into(),
-        AMQPValue::LongString("reject-publish".into()),
-    );
+    let args = refusing_queue_args();
     let q = rabbit.queue_with("dlq_v2_full", args);
     let db = TestDb::migrated(Backend::Sqlite);
     db.add(letter("n1", &q, BODY));
@@ -309,12 +289,7 @@ fn a_nack_on_the_default_exchange_in_a_cluster_is_uncertain() {
     // In a cluster, RabbitMQ nacks what it routed to a queue whose node went down, even
     // when that queue kept the message: with several node URLs no nack is certain.
     let mut rabbit = Rabbit::new();
-    let mut args = FieldTable::default();
-    args.insert("x-max-length".into(), AMQPValue::LongLongInt(0));
-    args.insert(
-        "x-overflow".into(),
-        AMQPValue::LongString("reject-publish".into()),
-    );
+    let args = refusing_queue_args();
     let q = rabbit.queue_with("dlq_v2_full_cluster", args);
     let db = TestDb::migrated(Backend::Sqlite);
     db.add(letter("n2", &q, BODY));

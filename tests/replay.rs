@@ -2,7 +2,7 @@
 
 mod common;
 use common::*;
-use lapin::types::{AMQPValue, FieldTable};
+
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
@@ -349,12 +349,7 @@ fn unroutable_is_publish_failed_and_released() {
 #[test]
 fn nack_from_a_full_queue_is_publish_failed() {
     let mut rabbit = Rabbit::new();
-    let mut args = FieldTable::default();
-    args.insert("x-max-length".into(), AMQPValue::LongLongInt(0));
-    args.insert(
-        "x-overflow".into(),
-        AMQPValue::LongString("reject-publish".into()),
-    );
+    let args = refusing_queue_args();
     let q = rabbit.queue_with("dlq_full", args);
     let db = TestDb::migrated(Backend::Postgres);
     db.add(letter("d1", &q, BODY));

@@ -776,3 +776,28 @@ pub fn letter(id: &str, queue: &str, body: &[u8]) -> serde_json::Value {
         "body_base64": base64::engine::general_purpose::STANDARD.encode(body),
     })
 }
+
+/// How many times each dead letter arrived, by the `x-dead-letter-id` a replay sets.
+pub fn per_id(msgs: &[Received]) -> std::collections::HashMap<String, usize> {
+    let mut m = std::collections::HashMap::new();
+    for x in msgs {
+        *m.entry(x.headers["x-dead-letter-id"].as_str().unwrap().to_string())
+            .or_default() += 1;
+    }
+    m
+}
+
+/// Arguments of a queue that refuses every publish (max length 0, reject-publish): the
+/// broker nacks what is routed to it.
+pub fn refusing_queue_args() -> FieldTable {
+    let mut args = FieldTable::default();
+    args.insert(
+        "x-max-length".into(),
+        lapin::types::AMQPValue::LongLongInt(0),
+    );
+    args.insert(
+        "x-overflow".into(),
+        lapin::types::AMQPValue::LongString("reject-publish".into()),
+    );
+    args
+}
