@@ -136,9 +136,9 @@ impl Out {
         };
         let mut t = Table::new();
         if markdown {
-            t.load_preset(presets::ASCII_MARKDOWN);
+            t.load_style(presets::ASCII_MARKDOWN);
         } else {
-            t.load_preset(presets::UTF8_FULL_CONDENSED)
+            t.load_style(presets::UTF8_FULL_CONDENSED)
                 .set_content_arrangement(ContentArrangement::Dynamic);
         }
         t.set_header(header.into_iter().map(cell).collect::<Vec<_>>());

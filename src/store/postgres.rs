@@ -15,6 +15,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use futures_util::TryStreamExt;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
+use sqlx::AssertSqlSafe;
 use sqlx::{ConnectOptions, QueryBuilder, Row};
 use std::str::FromStr;
 use std::time::Duration;
@@ -36,7 +37,7 @@ fn ms(d: Duration) -> String {
 /// the raw bytes (a cheap test that never rules out a match, see
 /// [`crate::model::ContentMatch::needles`]), and only then parse the JSON, and only where
 /// the columns derived at write time say it parses (no exception per row).
-fn push_where(qb: &mut QueryBuilder<'_, sqlx::Postgres>, f: &Filter) {
+fn push_where(qb: &mut QueryBuilder<sqlx::Postgres>, f: &Filter) {
     push_filter!(qb, f, NOW, |t: DateTime<Utc>| t);
     if let Some(g) = &f.grep {
         qb.push(" AND position(");
@@ -72,7 +73,7 @@ fn push_where(qb: &mut QueryBuilder<'_, sqlx::Postgres>, f: &Filter) {
     }
 }
 
-fn push_match_value(qb: &mut QueryBuilder<'_, sqlx::Postgres>, m: &crate::model::ContentMatch) {
+fn push_match_value(qb: &mut QueryBuilder<sqlx::Postgres>, m: &crate::model::ContentMatch) {
     qb.push(", ");
     qb.push_bind(m.value.clone());
     qb.push(", ");
@@ -361,10 +362,10 @@ impl Store for PgStore {
     }
 
     async fn load(&self, ids: &[String]) -> Result<Vec<DeadLetter>> {
-        let rows = sqlx::query(&format!(
+        let rows = sqlx::query(AssertSqlSafe(format!(
             "SELECT {} FROM dead_letters WHERE id = ANY($1)",
             whole_row_columns()
-        ))
+        )))
         .bind(ids)
         .fetch_all(&self.pool)
         .await
@@ -373,10 +374,10 @@ impl Store for PgStore {
     }
 
     async fn summaries(&self, ids: &[String]) -> Result<Vec<Summary>> {
-        let rows = sqlx::query(&format!(
+        let rows = sqlx::query(AssertSqlSafe(format!(
             "SELECT {} FROM dead_letters WHERE id = ANY($1)",
             summary_columns(NOW)
-        ))
+        )))
         .bind(ids)
         .fetch_all(&self.pool)
         .await
@@ -435,7 +436,7 @@ impl Store for PgStore {
                     r.line, r.attempts
                 ))
             })?;
-            let res = sqlx::query(&sql)
+            let res = sqlx::query(AssertSqlSafe(sql.as_str()))
                 .bind(&r.id)
                 .bind(&r.body)
                 .bind(&r.reason)
@@ -533,7 +534,7 @@ impl Store for PgStore {
             whole_row_columns(),
             insert_history(4, Some("c"))
         );
-        let query = sqlx::query(&sql)
+        let query = sqlx::query(AssertSqlSafe(sql.as_str()))
             .bind(ids)
             .bind(token)
             .bind(lease.as_millis() as i64);
@@ -545,12 +546,12 @@ impl Store for PgStore {
     }
 
     async fn held(&self, ids: &[String], token: &str) -> Result<Vec<DeadLetter>> {
-        let rows = sqlx::query(&format!(
+        let rows = sqlx::query(AssertSqlSafe(format!(
             "SELECT {} FROM dead_letters WHERE id = ANY($1) AND replay_claim_owner = $2 \
              AND replay_attempt_at IS NULL AND {}",
             whole_row_columns(),
             state_predicate(State::Claimed, NOW)
-        ))
+        )))
         .bind(ids)
         .bind(token)
         .fetch_all(&self.pool)
@@ -575,7 +576,7 @@ impl Store for PgStore {
              RETURNING id",
             4,
         );
-        let query = sqlx::query(&sql)
+        let query = sqlx::query(AssertSqlSafe(sql.as_str()))
             .bind(ids)
             .bind(token)
             .bind(new_token)
@@ -597,8 +598,13 @@ impl Store for PgStore {
              RETURNING id",
             2,
         );
-        self.step(sqlx::query(&sql).bind(ids).bind(token), history)
-            .await
+        self.step(
+            sqlx::query(AssertSqlSafe(sql.as_str()))
+                .bind(ids)
+                .bind(token),
+            history,
+        )
+        .await
     }
 
     async fn release(
@@ -616,7 +622,10 @@ impl Store for PgStore {
              RETURNING id",
             3,
         );
-        let query = sqlx::query(&sql).bind(ids).bind(token).bind(error);
+        let query = sqlx::query(AssertSqlSafe(sql.as_str()))
+            .bind(ids)
+            .bind(token)
+            .bind(error);
         self.step(query, history).await
     }
 
@@ -638,7 +647,7 @@ impl Store for PgStore {
              RETURNING id",
             4,
         );
-        let query = sqlx::query(&sql)
+        let query = sqlx::query(AssertSqlSafe(sql.as_str()))
             .bind(ids)
             .bind(token)
             .bind(error)
@@ -666,14 +675,15 @@ impl Store for PgStore {
             ),
             1,
         );
-        self.step(sqlx::query(&sql).bind(ids), history).await
+        self.step(sqlx::query(AssertSqlSafe(sql.as_str())).bind(ids), history)
+            .await
     }
 
     async fn append_history(&self, entries: &[NewHistory]) -> Result<()> {
         if entries.is_empty() {
             return Ok(());
         }
-        bind_history(sqlx::query(&insert_history(1, None)), entries)
+        bind_history(sqlx::query(AssertSqlSafe(insert_history(1, None))), entries)
             .execute(&self.pool)
             .await
             .map_err(db_error)?;
@@ -816,8 +826,13 @@ impl Store for PgStore {
             ),
             2,
         );
-        self.step(sqlx::query(&sql).bind(ids).bind(note), history)
-            .await
+        self.step(
+            sqlx::query(AssertSqlSafe(sql.as_str()))
+                .bind(ids)
+                .bind(note),
+            history,
+        )
+        .await
     }
 
     async fn restore(&self, ids: &[String], history: &[NewHistory]) -> Result<Vec<String>> {
@@ -829,7 +844,8 @@ impl Store for PgStore {
             ),
             1,
         );
-        self.step(sqlx::query(&sql).bind(ids), history).await
+        self.step(sqlx::query(AssertSqlSafe(sql.as_str())).bind(ids), history)
+            .await
     }
 
     async fn prune_batch(

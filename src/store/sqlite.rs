@@ -22,6 +22,7 @@ use sqlx::sqlite::{
     SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
     SqliteRow, SqliteSynchronous,
 };
+use sqlx::AssertSqlSafe;
 use sqlx::{ConnectOptions, QueryBuilder, Row};
 use std::collections::HashSet;
 use std::str::FromStr;
@@ -56,7 +57,7 @@ const IN_IDS: &str = "id IN (SELECT value FROM json_each(?1))";
 /// the raw bytes (a cheap test that never rules out a match, see
 /// [`ContentMatch::needles`]), then check the JSON with `json_valid` (which never raises)
 /// before reading it.
-fn push_where(qb: &mut QueryBuilder<'_, sqlx::Sqlite>, f: &Filter) {
+fn push_where(qb: &mut QueryBuilder<sqlx::Sqlite>, f: &Filter) {
     push_filter!(qb, f, NOW_MS, to_ms);
     if let Some(g) = &f.grep {
         qb.push(" AND instr(body, ");
@@ -100,7 +101,7 @@ fn push_where(qb: &mut QueryBuilder<'_, sqlx::Sqlite>, f: &Filter) {
 /// [`ContentMatch`]): a string as its value, an array or object as JSON, anything else
 /// as its JSON text as written (`->` keeps a number's text).
 fn push_json_match(
-    qb: &mut QueryBuilder<'_, sqlx::Sqlite>,
+    qb: &mut QueryBuilder<sqlx::Sqlite>,
     doc: &str,
     path: &[&str],
     m: &ContentMatch,
@@ -245,7 +246,7 @@ impl SqliteStore {
     /// the rows it changed, in one write transaction.
     async fn step<'q>(
         &self,
-        query: sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments<'q>>,
+        query: sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments>,
         history: &[NewHistory],
     ) -> Result<Vec<String>> {
         let mut tx = self.begin_write().await?;
@@ -370,7 +371,7 @@ impl Store for SqliteStore {
     }
 
     async fn now(&self) -> Result<DateTime<Utc>> {
-        let ms: i64 = sqlx::query_scalar(&format!("SELECT {NOW_MS}"))
+        let ms: i64 = sqlx::query_scalar(AssertSqlSafe(format!("SELECT {NOW_MS}")))
             .fetch_one(&self.pool)
             .await
             .map_err(self.err())?;
@@ -469,10 +470,10 @@ impl Store for SqliteStore {
     }
 
     async fn load(&self, ids: &[String]) -> Result<Vec<DeadLetter>> {
-        let rows = sqlx::query(&format!(
+        let rows = sqlx::query(AssertSqlSafe(format!(
             "SELECT {} FROM dead_letters WHERE {IN_IDS}",
             whole_row_columns()
-        ))
+        )))
         .bind(ids_json(ids))
         .fetch_all(&self.pool)
         .await
@@ -481,10 +482,10 @@ impl Store for SqliteStore {
     }
 
     async fn summaries(&self, ids: &[String]) -> Result<Vec<Summary>> {
-        let rows = sqlx::query(&format!(
+        let rows = sqlx::query(AssertSqlSafe(format!(
             "SELECT {} FROM dead_letters WHERE {IN_IDS}",
             summary_columns(NOW_MS)
-        ))
+        )))
         .bind(ids_json(ids))
         .fetch_all(&self.pool)
         .await
@@ -537,7 +538,7 @@ impl Store for SqliteStore {
             if skip_existing { "OR IGNORE" } else { "" }
         );
         for r in rows {
-            let res = sqlx::query(&sql)
+            let res = sqlx::query(AssertSqlSafe(sql.as_str()))
                 .bind(&r.id)
                 .bind(&r.body)
                 .bind(&r.reason)
@@ -626,14 +627,14 @@ impl Store for SqliteStore {
         history: &[NewHistory],
     ) -> Result<Vec<DeadLetter>> {
         let mut tx = self.begin_write().await?;
-        let rows = sqlx::query(&format!(
+        let rows = sqlx::query(AssertSqlSafe(format!(
             "UPDATE dead_letters SET replay_claim_owner = ?2, \
                  replay_claim_expires_at = {NOW_MS} + ?3 \
              WHERE {IN_IDS} AND {} \
              RETURNING {}",
             state_predicate(State::Pending, NOW_MS),
             whole_row_columns()
-        ))
+        )))
         .bind(ids_json(ids))
         .bind(token)
         .bind(lease.as_millis() as i64)
@@ -650,12 +651,12 @@ impl Store for SqliteStore {
     }
 
     async fn held(&self, ids: &[String], token: &str) -> Result<Vec<DeadLetter>> {
-        let rows = sqlx::query(&format!(
+        let rows = sqlx::query(AssertSqlSafe(format!(
             "SELECT {} FROM dead_letters WHERE {IN_IDS} AND replay_claim_owner = ?2 \
              AND replay_attempt_at IS NULL AND {}",
             whole_row_columns(),
             state_predicate(State::Claimed, NOW_MS)
-        ))
+        )))
         .bind(ids_json(ids))
         .bind(token)
         .fetch_all(&self.pool)
@@ -679,7 +680,7 @@ impl Store for SqliteStore {
                AND replay_claim_expires_at > {NOW_MS} + ?4 \
              RETURNING id"
         );
-        let query = sqlx::query(&sql)
+        let query = sqlx::query(AssertSqlSafe(sql.as_str()))
             .bind(ids_json(ids))
             .bind(token.to_string())
             .bind(new_token.to_string())
@@ -700,7 +701,7 @@ impl Store for SqliteStore {
                AND replay_attempt_at IS NOT NULL \
              RETURNING id"
         );
-        let query = sqlx::query(&sql)
+        let query = sqlx::query(AssertSqlSafe(sql.as_str()))
             .bind(ids_json(ids))
             .bind(token.to_string());
         self.step(query, history).await
@@ -720,7 +721,7 @@ impl Store for SqliteStore {
                AND replay_claim_expires_at > {NOW_MS} \
              RETURNING id"
         );
-        let query = sqlx::query(&sql)
+        let query = sqlx::query(AssertSqlSafe(sql.as_str()))
             .bind(ids_json(ids))
             .bind(token.to_string())
             .bind(error.map(str::to_string));
@@ -744,7 +745,7 @@ impl Store for SqliteStore {
                AND replay_attempt_at IS NOT NULL \
              RETURNING id"
         );
-        let query = sqlx::query(&sql)
+        let query = sqlx::query(AssertSqlSafe(sql.as_str()))
             .bind(ids_json(ids))
             .bind(token.to_string())
             .bind(error.to_string())
@@ -770,8 +771,11 @@ impl Store for SqliteStore {
              RETURNING id",
             state_predicate(State::Uncertain, NOW_MS)
         );
-        self.step(sqlx::query(&sql).bind(ids_json(ids)), history)
-            .await
+        self.step(
+            sqlx::query(AssertSqlSafe(sql.as_str())).bind(ids_json(ids)),
+            history,
+        )
+        .await
     }
 
     async fn append_history(&self, entries: &[NewHistory]) -> Result<()> {
@@ -906,7 +910,9 @@ impl Store for SqliteStore {
              WHERE {IN_IDS} AND {} RETURNING id",
             state_predicate(State::Pending, NOW_MS)
         );
-        let query = sqlx::query(&sql).bind(ids_json(ids)).bind(note.to_string());
+        let query = sqlx::query(AssertSqlSafe(sql.as_str()))
+            .bind(ids_json(ids))
+            .bind(note.to_string());
         self.step(query, history).await
     }
 
@@ -916,8 +922,11 @@ impl Store for SqliteStore {
              WHERE {IN_IDS} AND {} RETURNING id",
             state_predicate(State::Discarded, NOW_MS)
         );
-        self.step(sqlx::query(&sql).bind(ids_json(ids)), history)
-            .await
+        self.step(
+            sqlx::query(AssertSqlSafe(sql.as_str())).bind(ids_json(ids)),
+            history,
+        )
+        .await
     }
 
     async fn prune_batch(
