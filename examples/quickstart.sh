@@ -4,7 +4,9 @@
 # Needs a RabbitMQ on 127.0.0.1:5672 (guest/guest) only for the last step.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
+echo "quickstart: building dlq and its example queue tool (cargo build; a few minutes the first time)..." >&2
 cargo build --quiet --manifest-path "$repo/Cargo.toml" --bin dlq --example queue
+echo "quickstart: built; running the main job in a scratch directory" >&2
 dlq="$repo/target/debug/dlq"
 queue="$repo/target/debug/examples/queue"
 work=$(mktemp -d)

@@ -16,7 +16,7 @@
 
 use crate::error::{DlqError, Result};
 use crate::publisher::{
-    open_first_connection, ConnectOptions, OutgoingMessage, PublishResult, Publisher,
+    open_first_connection, ConnectError, ConnectOptions, OutgoingMessage, PublishResult, Publisher,
     PublisherOptions, Target,
 };
 use crate::secret::{scrub, SecretUrl};
@@ -609,7 +609,7 @@ async fn open_session(
     let wait = opts.connect.connect_timeout;
     let (conn, host, _) = open_first_connection(&opts.urls, &opts.connect)
         .await
-        .map_err(DlqError::other)?;
+        .map_err(|e| DlqError::other(e.to_string()))?;
     let fail = |what: &str, e: String| DlqError::other(format!("{what} on {host}: {e}"));
     let channel = match timeout(wait, conn.create_channel()).await {
         Ok(Ok(c)) => c,
@@ -1098,7 +1098,9 @@ async fn park_one(
         }
     }
     if parker.is_none() {
-        let publisher = connect_parker(opts).await.map_err(fail)?;
+        let publisher = connect_parker(opts)
+            .await
+            .map_err(|e| fail(e.to_string()))?;
         *parker = Some(publisher);
     }
     let publisher = parker.as_ref().expect("set above");
@@ -1133,9 +1135,9 @@ async fn park_one(
     }
 }
 
-async fn connect_parker(opts: &CaptureOptions) -> std::result::Result<Publisher, String> {
+async fn connect_parker(opts: &CaptureOptions) -> std::result::Result<Publisher, ConnectError> {
     // The parking connection goes to the same node list as the consumer.
-    let mut last = "no AMQP URL".to_string();
+    let mut last = ConnectError::Setup(DlqError::usage("no AMQP URL given"));
     for url in &opts.urls {
         match Publisher::connect(
             url,

@@ -5,6 +5,9 @@ use crate::exit;
 
 pub type Result<T, E = DlqError> = std::result::Result<T, E>;
 
+// Errors keep their cause as a `#[source]` (a driver or I/O error); what an operator
+// reads is the chain on one line ([`one_line`]), scrubbed of secrets where it is printed.
+
 #[derive(Debug, thiserror::Error)]
 pub enum DlqError {
     /// Bad arguments or input the user can fix by retyping (exit 2).
@@ -13,6 +16,9 @@ pub enum DlqError {
     /// The database has no (or an older) dlq schema.
     #[error("the database has no dlq schema or an older one: run `dlq migrate` first ({0})")]
     SchemaMissing(String),
+    /// The config file or a profile in it is unusable (exit 1: bad configuration).
+    #[error("{0}")]
+    Config(String),
     /// Unknown dead-letter ID.
     #[error("not_found: no dead letter with id {0:?}")]
     NotFound(String),
@@ -21,8 +27,22 @@ pub enum DlqError {
     Busy(std::time::Duration),
     /// The database could not answer now (connection lost, lock or statement timeout,
     /// serialization failure): the same statement may succeed if tried again.
-    #[error("{0}")]
-    Unavailable(String),
+    #[error("database: {what}{}", cause(.source.as_ref()))]
+    Unavailable {
+        what: String,
+        #[source]
+        source: Option<sqlx::Error>,
+    },
+    /// The database refused or failed a statement for a reason trying again won't fix.
+    #[error("database{}", cause(Some(.0)))]
+    Database(#[source] sqlx::Error),
+    /// Reading or writing a file or a stream failed.
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
     /// Anything else that prevents running: connection, configuration, I/O.
     #[error("{0}")]
     Other(String),
@@ -42,15 +62,54 @@ impl DlqError {
             DlqError::Usage(_) => exit::USAGE,
             DlqError::NotFound(_) => exit::NOT_FOUND,
             DlqError::SchemaMissing(_)
+            | DlqError::Config(_)
             | DlqError::Busy(_)
-            | DlqError::Unavailable(_)
+            | DlqError::Unavailable { .. }
+            | DlqError::Database(_)
+            | DlqError::Io { .. }
             | DlqError::Other(_) => exit::ERROR,
         }
     }
 }
 
-impl From<std::io::Error> for DlqError {
-    fn from(e: std::io::Error) -> Self {
-        DlqError::Other(e.to_string())
+/// The driver's text of a cause, scrubbed of secrets, as `: text` (an error's text can
+/// land in a JSON report, not only on stderr where everything is scrubbed again).
+fn cause(source: Option<&sqlx::Error>) -> String {
+    let Some(e) = source else {
+        return String::new();
+    };
+    let text = match e.as_database_error() {
+        Some(d) => d.message().to_string(),
+        None => e.to_string(),
+    };
+    format!(": {}", crate::secret::scrub(&text))
+}
+
+/// Adds what was being done to an I/O error, keeping it as the source.
+pub trait IoContext<T> {
+    fn io_context(self, what: impl FnOnce() -> String) -> Result<T>;
+}
+
+impl<T> IoContext<T> for std::result::Result<T, std::io::Error> {
+    fn io_context(self, what: impl FnOnce() -> String) -> Result<T> {
+        self.map_err(|source| DlqError::Io {
+            what: what(),
+            source,
+        })
     }
+}
+
+/// The error and its causes on one line, `outer: inner: ...`. A [`DlqError`] already
+/// says its cause, so the chain stops there.
+pub fn one_line(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts = Vec::new();
+    let mut next = Some(e);
+    while let Some(err) = next {
+        parts.push(err.to_string());
+        if err.is::<DlqError>() {
+            break;
+        }
+        next = err.source();
+    }
+    parts.join(": ")
 }

@@ -7,7 +7,7 @@
 //! all rows in one transaction. A bad value names the line it starts on and its field.
 //! The rules are the same whichever store the rows go to.
 
-use crate::error::{DlqError, Result};
+use crate::error::{DlqError, IoContext, Result};
 use crate::model::{sha256_hex, token_operator, validate_id, HistoryEntry};
 use crate::store::NewDeadLetter;
 use base64::Engine;
@@ -76,7 +76,10 @@ impl<R: BufRead> std::io::Read for Tracker<R> {
 /// Reads and validates every dead letter of the input.
 pub fn read_lines<R: BufRead>(mut input: R) -> Result<Vec<NewDeadLetter>> {
     // A byte order mark, as some editors write one, is not part of the JSON.
-    if input.fill_buf()?.starts_with(b"\xEF\xBB\xBF") {
+    let start = input
+        .fill_buf()
+        .io_context(|| "cannot read the input (nothing was imported)".into())?;
+    if start.starts_with(b"\xEF\xBB\xBF") {
         input.consume(3);
     }
     let pos = Rc::new(RefCell::new(Position {

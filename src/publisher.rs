@@ -132,15 +132,17 @@ pub struct TlsFiles {
 }
 
 impl TlsFiles {
-    fn load(&self) -> std::result::Result<OwnedTLSConfig, String> {
+    fn load(&self) -> std::result::Result<OwnedTLSConfig, ConnectError> {
         let read = |p: &std::path::Path, what: &str| {
-            std::fs::read(p).map_err(|e| format!("cannot read the {what} {}: {e}", p.display()))
+            std::fs::read(p).map_err(|source| ConnectError::File {
+                what: format!("cannot read the {what} {}", p.display()),
+                source,
+            })
         };
         let cert_chain = match &self.ca_file {
-            Some(p) => Some(
-                String::from_utf8(read(p, "CA file")?)
-                    .map_err(|_| format!("the CA file {} is not PEM text", p.display()))?,
-            ),
+            Some(p) => Some(String::from_utf8(read(p, "CA file")?).map_err(|_| {
+                DlqError::usage(format!("the CA file {} is not PEM text", p.display()))
+            })?),
             None => None,
         };
         let identity = match (&self.client_cert, &self.client_key) {
@@ -149,7 +151,11 @@ impl TlsFiles {
                 key: read(k, "client key")?,
             }),
             (None, None) => None,
-            _ => return Err("--amqp-client-cert and --amqp-client-key go together".into()),
+            _ => {
+                return Err(
+                    DlqError::usage("--amqp-client-cert and --amqp-client-key go together").into(),
+                )
+            }
         };
         Ok(OwnedTLSConfig {
             identity,
@@ -175,7 +181,8 @@ pub struct Broker {
     pub unreachable: bool,
     opts: PublisherOptions,
     publisher: Option<Publisher>,
-    connecting: Option<tokio::task::JoinHandle<std::result::Result<(usize, Publisher), String>>>,
+    connecting:
+        Option<tokio::task::JoinHandle<std::result::Result<(usize, Publisher), ConnectError>>>,
     /// Publishes at most this often (`--rate`), shared by all the brokers of a run.
     pacer: Option<Arc<Pacer>>,
     /// Held from a batch's first publish to its last confirm; see [`Broker::taking_turns`].
@@ -212,8 +219,59 @@ pub type Turn = tokio::sync::OwnedMutexGuard<()>;
 
 /// Why there is no connection to publish on.
 pub enum NoConnection {
-    Failed(String),
+    Failed(ConnectError),
     Interrupted,
+}
+
+/// Why a connection (and so a publish) could not start: nothing was published.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    /// The URL or the TLS files are unusable: fix the configuration.
+    #[error("{0}")]
+    Setup(#[from] DlqError),
+    #[error("{what}")]
+    File {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("timed out after {after} {doing} at {host}{hint}")]
+    TimedOut {
+        doing: &'static str,
+        host: String,
+        after: String,
+        hint: &'static str,
+    },
+    #[error("RabbitMQ at {host} has blocked publishing (memory or disk alarm); nothing was sent")]
+    Blocked { host: String },
+    /// The broker or the network said no; `what` is the operator's reading of it.
+    #[error("{what}")]
+    Broker {
+        what: String,
+        #[source]
+        source: lapin::Error,
+    },
+    #[error("connecting to RabbitMQ failed: {0}")]
+    Task(#[from] tokio::task::JoinError),
+    #[error("no node of the cluster answers ({} tried): {}", .0.len(), join(.0))]
+    NoNode(Vec<ConnectError>),
+}
+
+fn join(errors: &[ConnectError]) -> String {
+    errors
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+impl ConnectError {
+    fn broker(what: impl Into<String>, source: lapin::Error) -> Self {
+        ConnectError::Broker {
+            what: what.into(),
+            source,
+        }
+    }
 }
 
 /// Waits for `fut`, giving up as soon as `stop` is set.
@@ -288,10 +346,7 @@ impl Broker {
                 }
                 Err(match failures.len() {
                     1 => failures.remove(0),
-                    n => format!(
-                        "no node of the cluster answers ({n} tried): {}",
-                        failures.join("; ")
-                    ),
+                    _ => ConnectError::NoNode(failures),
                 })
             }));
         }
@@ -319,7 +374,7 @@ impl Broker {
             return Err(NoConnection::Interrupted);
         };
         self.connecting = None;
-        let joined = joined.unwrap_or_else(|e| Err(format!("connecting to RabbitMQ failed: {e}")));
+        let joined = joined.unwrap_or_else(|e| Err(ConnectError::Task(e)));
         self.unreachable = joined.is_err();
         let (node, mut p) = joined.map_err(NoConnection::Failed)?;
         p.in_cluster = self.urls.len() > 1;
@@ -502,23 +557,25 @@ pub struct ConnectOptions {
 pub async fn open_connection(
     url: &SecretUrl,
     opts: &ConnectOptions,
-) -> std::result::Result<(Connection, String), String> {
-    let uri = parse_amqp_url(url).map_err(|e| e.to_string())?;
+) -> std::result::Result<(Connection, String), ConnectError> {
+    let uri = parse_amqp_url(url)?;
     let host = host_of(&uri);
     let tls = opts.tls.load()?;
     let props = ConnectionProperties::default()
         .with_connection_name(LongString::from(opts.connection_name.clone()));
     let builder = DefaultConnectionBuilder::new()
-        .map_err(|e| format!("no async runtime for the broker connection: {e}"))?
+        .map_err(|e| ConnectError::broker("no async runtime for the broker connection", e))?
         .with_uri(uri)
         .with_properties(props)
         .with_tls_config(tls);
     match timeout(opts.connect_timeout, builder.connect()).await {
-        Err(_) => Err(format!(
-            "timed out after {} connecting to RabbitMQ at {host} (unreachable, or the vhost does not exist)",
-            humantime::format_duration(opts.connect_timeout)
-        )),
-        Ok(Err(e)) => Err(describe_connect_error(&e, &host)),
+        Err(_) => Err(ConnectError::TimedOut {
+            doing: "connecting to RabbitMQ",
+            host,
+            after: humantime::format_duration(opts.connect_timeout).to_string(),
+            hint: " (unreachable, or the vhost does not exist)",
+        }),
+        Ok(Err(e)) => Err(ConnectError::broker(describe_connect_error(&e, &host), e)),
         Ok(Ok(c)) => Ok((c, host)),
     }
 }
@@ -528,8 +585,8 @@ pub async fn open_connection(
 pub async fn open_first_connection(
     urls: &[SecretUrl],
     opts: &ConnectOptions,
-) -> std::result::Result<(Connection, String, usize), String> {
-    let mut last = "no AMQP URL given".to_string();
+) -> std::result::Result<(Connection, String, usize), ConnectError> {
+    let mut last = ConnectError::Setup(DlqError::usage("no AMQP URL given"));
     for (i, url) in urls.iter().enumerate() {
         match open_connection(url, opts).await {
             Ok((c, host)) => return Ok((c, host, i)),
@@ -548,7 +605,7 @@ impl Publisher {
     pub async fn connect(
         url: &SecretUrl,
         opts: PublisherOptions,
-    ) -> std::result::Result<Self, String> {
+    ) -> std::result::Result<Self, ConnectError> {
         let deadline = Instant::now() + opts.connect_timeout;
         let (conn, host) = open_connection(
             url,
@@ -561,19 +618,22 @@ impl Publisher {
         .await?;
         // A broker under a memory or disk alarm blocks the connection: lapin then holds
         // every frame, so say so at once instead of waiting for the timeout.
-        let blocked = || {
-            format!("RabbitMQ at {host} has blocked publishing (memory or disk alarm); nothing was sent")
+        let blocked = || ConnectError::Blocked { host: host.clone() };
+        let timed_out = |doing| ConnectError::TimedOut {
+            doing,
+            host: host.clone(),
+            after: humantime::format_duration(opts.connect_timeout).to_string(),
+            hint: "",
+        };
+        let failed = |doing: &str, e: lapin::Error| {
+            let what = format!("{doing} on {host}: {}", scrub(&e.to_string()));
+            ConnectError::broker(what, e)
         };
         let channel = match until_blocked(&conn, deadline, conn.create_channel()).await {
             Step::Done(Ok(ch)) => ch,
-            Step::Done(Err(e)) => {
-                return Err(format!(
-                    "opening a channel on {host}: {}",
-                    scrub(&e.to_string())
-                ))
-            }
+            Step::Done(Err(e)) => return Err(failed("opening a channel", e)),
             Step::Blocked => return Err(blocked()),
-            Step::TimedOut => return Err(format!("timed out opening a channel on {host}")),
+            Step::TimedOut => return Err(timed_out("opening a channel")),
         };
         match until_blocked(
             &conn,
@@ -583,16 +643,9 @@ impl Publisher {
         .await
         {
             Step::Done(Ok(())) => {}
-            Step::Done(Err(e)) => {
-                return Err(format!(
-                    "enabling publisher confirms on {host}: {}",
-                    scrub(&e.to_string())
-                ))
-            }
+            Step::Done(Err(e)) => return Err(failed("enabling publisher confirms", e)),
             Step::Blocked => return Err(blocked()),
-            Step::TimedOut => {
-                return Err(format!("timed out enabling publisher confirms on {host}"))
-            }
+            Step::TimedOut => return Err(timed_out("enabling publisher confirms")),
         }
         tracing::debug!(%host, "connected to RabbitMQ, confirm mode on");
         Ok(Publisher {

@@ -173,9 +173,9 @@ fn profile_resolution_order_is_flag_env_profile_default() {
         "{}",
         r.stderr
     );
-    // unknown profile
+    // unknown profile: bad configuration
     let r = run(&["--profile", "prod", "list"], &[]);
-    assert_eq!(r.code, 2);
+    assert_eq!(r.code, 1);
     assert!(
         r.stderr.contains("no profile \"prod\"") && r.stderr.contains("staging"),
         "{}",

@@ -468,7 +468,8 @@ fn bad_input_gets_one_line_and_exit_2() {
     );
     let r = db.dlq(&["show", "no-such-id"]);
     assert_eq!(r.code, 4, "{}", r.all());
-    assert!(r.stderr.contains("no-such-id"));
+    assert_eq!(r.json()["outcome"], "not_found");
+    assert_eq!(r.json()["id"], "no-such-id");
 }
 
 #[test]

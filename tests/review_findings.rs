@@ -265,6 +265,9 @@ mod lost_reply {
         async fn now(&self) -> Result<DateTime<Utc>> {
             self.inner.now().await
         }
+        async fn ids_starting_with(&self, prefix: &str, limit: i64) -> Result<Vec<String>> {
+            self.inner.ids_starting_with(prefix, limit).await
+        }
         async fn list(&self, f: &Filter, limit: i64) -> Result<(Vec<Summary>, i64)> {
             self.inner.list(f, limit).await
         }
@@ -316,9 +319,10 @@ mod lost_reply {
         ) -> Result<Vec<String>> {
             let r = self.inner.mark_replayed(ids, token, h).await;
             if r.is_ok() && self.armed.swap(false, Ordering::SeqCst) {
-                return Err(DlqError::Unavailable(
-                    "database: connection reset (simulated after COMMIT)".into(),
-                ));
+                return Err(DlqError::Unavailable {
+                    what: "connection reset (simulated after COMMIT)".into(),
+                    source: None,
+                });
             }
             r
         }

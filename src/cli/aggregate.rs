@@ -2,9 +2,9 @@
 
 use super::filters::FilterArgs;
 use super::output::{thousands, time};
+use super::Result;
 use super::{Ctx, Format};
 use clap::Args;
-use dlq::error::Result;
 use dlq::model::{Dimension, Group, GroupKey, UNKNOWN};
 use serde_json::{Map, Value};
 

@@ -1,10 +1,11 @@
 //! `dlq capture --queue Q`: the messages of a RabbitMQ dead-letter queue become dead
 //! letters; all the work is [`dlq::capture::capture`].
 
+use super::Result;
 use super::{Ctx, Format};
 use clap::Args;
 use dlq::capture::{capture, CaptureOptions, CaptureSummary, Event, Stopped};
-use dlq::error::{DlqError, Result};
+use dlq::error::DlqError;
 use dlq::model::validate_filter_value;
 use dlq::publisher::ConnectOptions;
 use std::io::IsTerminal;
@@ -112,7 +113,8 @@ pub async fn run(ctx: &Ctx, args: CaptureArgs) -> Result<u8> {
         if *p == args.queue {
             return Err(DlqError::usage(
                 "--park-queue must differ from --queue: a parked message would be taken again",
-            ));
+            )
+            .into());
         }
     }
     let amqp = ctx.amqp_urls()?;

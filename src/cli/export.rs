@@ -5,8 +5,10 @@
 use super::filters::FilterArgs;
 use super::output::thousands;
 use super::Ctx;
+use super::Result;
+use anyhow::Context as _;
 use clap::Args;
-use dlq::error::{DlqError, Result};
+use dlq::error::DlqError;
 use std::io::Write;
 
 #[derive(Debug, Args)]
@@ -20,7 +22,7 @@ pub async fn run(ctx: &Ctx, args: ExportArgs) -> Result<u8> {
     let filter = args.filters.resolve(store.as_ref()).await?;
     let mut out = ctx.out.stream();
     let mut closed = false;
-    let mut sink = |row: dlq::store::NewDeadLetter| -> Result<()> {
+    let mut sink = |row: dlq::store::NewDeadLetter| -> dlq::error::Result<()> {
         let mut line = dlq::import::export_line(&row);
         line.push('\n');
         out.write_all(line.as_bytes()).map_err(|e| {
@@ -37,9 +39,9 @@ pub async fn run(ctx: &Ctx, args: ExportArgs) -> Result<u8> {
     let closed_pipe = |e: &std::io::Error| e.kind() == std::io::ErrorKind::BrokenPipe;
     match (result, flushed) {
         (Err(_), _) if closed => Ok(dlq::exit::OK),
-        (Err(e), _) => Err(e),
+        (Err(e), _) => Err(e.into()),
         (Ok(_), Err(e)) if closed_pipe(&e) => Ok(dlq::exit::OK),
-        (Ok(_), Err(e)) => Err(DlqError::other(format!("cannot write the export: {e}"))),
+        (Ok(_), Err(e)) => Err(e).context("cannot write the export"),
         (Ok(n), Ok(())) => {
             eprintln!("exported {} dead letters", thousands(n as i64));
             Ok(dlq::exit::OK)

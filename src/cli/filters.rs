@@ -32,9 +32,9 @@ pub struct FilterArgs {
     /// Dead-lettered before: RFC 3339, or a duration back from now
     #[arg(long, value_parser = time_arg)]
     pub until: Option<String>,
-    /// Only rows in these states: pending, claimed, uncertain, replayed, discarded (a comma list), or all
-    #[arg(long, default_value = "all", value_parser = state_list)]
-    pub state: String,
+    /// Only rows in these states (a comma list), or all
+    #[arg(long, default_value = "all", value_delimiter = ',', value_parser = STATES)]
+    pub state: Vec<String>,
     /// Only dead letters whose body contains this text, byte for byte (no wildcards)
     #[arg(long, value_name = "TEXT")]
     pub grep: Option<String>,
@@ -49,12 +49,21 @@ pub struct FilterArgs {
     pub fields: Vec<String>,
 }
 
-/// clap value parser for `--state` (one value holding a comma list), checked now and
-/// parsed again by [`FilterArgs::to_filter`].
-fn state_list(s: &str) -> std::result::Result<String, String> {
-    State::parse_list(s)
-        .map(|_| s.to_string())
-        .map_err(|e| e.to_string())
+/// What `--state` takes; clap lists them in `--help` and shell completion offers them.
+const STATES: [&str; 6] = [
+    "all",
+    "pending",
+    "claimed",
+    "uncertain",
+    "replayed",
+    "discarded",
+];
+
+impl FilterArgs {
+    /// `--state` as one comma list, for [`State::parse_list`].
+    pub fn states(&self) -> String {
+        self.state.join(",")
+    }
 }
 
 impl FilterArgs {
@@ -156,7 +165,7 @@ impl FilterArgs {
             event_id: self.event_id.clone(),
             since,
             until,
-            states: State::parse_list(&self.state)?,
+            states: State::parse_list(&self.states())?,
         })
     }
 }

@@ -1,8 +1,9 @@
 //! `dlq import FILE|-`: all lines or none.
 
+use super::Result;
 use super::{Ctx, Format};
 use clap::Args;
-use dlq::error::{DlqError, Result};
+use dlq::error::DlqError;
 use std::io::BufReader;
 use std::path::PathBuf;
 
@@ -23,7 +24,8 @@ pub async fn run(ctx: &Ctx, args: ImportArgs) -> Result<u8> {
             return Err(DlqError::usage(format!(
                 "cannot import {}: it is a directory (give a file, or - for stdin)",
                 args.file.display()
-            )));
+            ))
+            .into());
         }
         let f = std::fs::File::open(&args.file)
             .map_err(|e| DlqError::usage(format!("cannot open {}: {e}", args.file.display())))?;

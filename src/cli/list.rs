@@ -2,9 +2,9 @@
 
 use super::filters::FilterArgs;
 use super::output::{opt, thousands, time, truncate};
+use super::Result;
 use super::{Ctx, Format};
 use clap::Args;
-use dlq::error::Result;
 
 #[derive(Debug, Args)]
 pub struct ListArgs {
@@ -29,6 +29,9 @@ pub async fn run(ctx: &Ctx, args: ListArgs) -> Result<u8> {
         return Ok(dlq::exit::OK);
     };
     let terminal = std::io::IsTerminal::is_terminal(&std::io::stdout());
+    // One Ctrl-C future for the whole run: a signal that arrives during a refresh is
+    // not lost (a new future per loop would only see the next one).
+    let mut ctrl_c = std::pin::pin!(tokio::signal::ctrl_c());
     loop {
         if terminal {
             ctx.out.clear_screen();
@@ -37,10 +40,13 @@ pub async fn run(ctx: &Ctx, args: ListArgs) -> Result<u8> {
                 humantime::format_duration(every)
             );
         }
-        render(ctx, store.as_ref(), &args).await?;
+        tokio::select! {
+            done = render(ctx, store.as_ref(), &args) => done?,
+            _ = &mut ctrl_c => break,
+        }
         tokio::select! {
             _ = tokio::time::sleep(every) => {}
-            _ = tokio::signal::ctrl_c() => break,
+            _ = &mut ctrl_c => break,
             _ = super::output::stdout_closed() => {
                 ctx.out.mark_closed();
                 break;

@@ -1,8 +1,9 @@
 //! `dlq man`: the man page, generated from the same definitions as `--help`.
 
+use super::Result;
 use super::{Cli, Ctx};
 use clap::{Args, CommandFactory};
-use dlq::error::{DlqError, Result};
+use dlq::error::DlqError;
 
 #[derive(Debug, Args)]
 pub struct ManArgs {}

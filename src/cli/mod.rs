@@ -25,8 +25,13 @@ mod resolve;
 mod restore;
 mod show;
 
+use anyhow::Context as _;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
-use dlq::error::{DlqError, Result};
+use dlq::error::DlqError;
+
+/// A command's result: a library error ([`DlqError`], which decides the exit code) with
+/// what the command was doing as context.
+pub type Result<T, E = anyhow::Error> = std::result::Result<T, E>;
 use dlq::secret::{scrub, SecretUrl};
 use dlq::store::{self, Store, StoreOptions};
 use std::io::IsTerminal;
@@ -56,7 +61,10 @@ pub enum Format {
     Markdown,
 }
 
+/// Options every command takes; `--help` lists them under their own heading, after the
+/// command's own options (as cargo and gh do).
 #[derive(Debug, Args)]
+#[command(next_help_heading = "Global Options")]
 pub struct GlobalOpts {
     /// Database URL: postgres://USER@HOST/DB or sqlite://FILE
     #[arg(
@@ -191,11 +199,22 @@ pub struct Ctx {
     pub global: GlobalOpts,
     pub format: Format,
     pub out: Out,
-    /// The profile's name when it is marked production.
-    pub production: Option<String>,
+    /// What the profile (if any) gave.
+    pub profile: profile::Applied,
 }
 
-fn read_url_file(path: &std::path::Path, what: &str) -> Result<String> {
+impl Ctx {
+    /// A bad value from the config file is a configuration error (exit 1); typed on the
+    /// line or in the environment, a usage error (exit 2).
+    fn bad_value(origin: &Option<String>, e: DlqError) -> DlqError {
+        match (origin, e) {
+            (Some(o), DlqError::Usage(m)) => DlqError::Config(format!("{o}: {m}")),
+            (_, e) => e,
+        }
+    }
+}
+
+fn read_url_file(path: &std::path::Path, what: &str) -> dlq::error::Result<String> {
     let text = std::fs::read_to_string(path).map_err(|e| {
         DlqError::usage(format!(
             "cannot read the {what} file {}: {e}",
@@ -250,7 +269,12 @@ fn shell_word(s: &str) -> String {
 }
 
 impl Ctx {
-    pub fn database_url(&self) -> Result<SecretUrl> {
+    pub fn database_url(&self) -> dlq::error::Result<SecretUrl> {
+        self.database_url_as_given()
+            .map_err(|e| Self::bad_value(&self.profile.database_url, e))
+    }
+
+    fn database_url_as_given(&self) -> dlq::error::Result<SecretUrl> {
         let raw = match &self.global.database_url_file {
             Some(p) => read_url_file(p, "database URL")?,
             None => self.global.database_url.clone(),
@@ -277,7 +301,12 @@ impl Ctx {
 
     /// The broker's node URLs, in the order to try them: one for a single broker,
     /// several for the nodes of one cluster.
-    pub fn amqp_urls(&self) -> Result<Vec<SecretUrl>> {
+    pub fn amqp_urls(&self) -> dlq::error::Result<Vec<SecretUrl>> {
+        self.amqp_urls_as_given()
+            .map_err(|e| Self::bad_value(&self.profile.amqp_url, e))
+    }
+
+    fn amqp_urls_as_given(&self) -> dlq::error::Result<Vec<SecretUrl>> {
         let raw: Vec<String> = match &self.global.amqp_url_file {
             Some(p) => read_url_file(p, "AMQP URL")?
                 .split([',', '\n'])
@@ -321,7 +350,9 @@ impl Ctx {
     /// table, so a database without the schema fails with "run `dlq migrate`" anyway.
     pub async fn store(&self) -> Result<Box<dyn Store>> {
         let url = self.database_url()?;
-        store::open(&url, &self.store_options()).await
+        store::open(&url, &self.store_options())
+            .await
+            .with_context(|| format!("opening {url}"))
     }
 
     /// Opens the store for a run that lasts and uses `connections` at once.
@@ -332,7 +363,9 @@ impl Ctx {
             long_running: true,
             ..self.store_options()
         };
-        store::open(&url, &opts).await
+        store::open(&url, &opts)
+            .await
+            .with_context(|| format!("opening {url}"))
     }
 
     /// Opens the store for writing, after checking that `dlq migrate` has run (a claim
@@ -343,7 +376,7 @@ impl Ctx {
         Ok(store)
     }
 
-    pub fn operator(&self) -> Result<String> {
+    pub fn operator(&self) -> dlq::error::Result<String> {
         let op = self
             .global
             .operator
@@ -371,7 +404,7 @@ impl Ctx {
 
 /// `--require-tls` for the database: SQLite is a local file; PostgreSQL must verify or
 /// at least require TLS (in the URL's `sslmode` or `PGSSLMODE`).
-fn require_tls_database(url: &SecretUrl) -> Result<()> {
+fn require_tls_database(url: &SecretUrl) -> dlq::error::Result<()> {
     if url.scheme().starts_with("sqlite") {
         return Ok(());
     }
@@ -408,7 +441,7 @@ fn warn_if_password_in_flag(flag: &str, env: &str, values: &[String]) {
 /// line beats both variables (`--database-url-file F` wins over `DLQ_DATABASE_URL`, and
 /// `--database-url U` over `DLQ_DATABASE_URL_FILE`); with both variables set, the file
 /// wins. Typing both flags is the one conflict.
-fn pick_url_sources(g: &mut GlobalOpts, m: &clap::ArgMatches) -> Result<()> {
+fn pick_url_sources(g: &mut GlobalOpts, m: &clap::ArgMatches) -> dlq::error::Result<()> {
     let typed = |id: &str| m.value_source(id) == Some(clap::parser::ValueSource::CommandLine);
     for (plain, flag) in [
         ("database_url", "--database-url"),
@@ -436,10 +469,12 @@ pub fn say(line: &str) {
     let _ = writeln!(std::io::stderr().lock(), "{text}");
 }
 
-/// Prints the error as `dlq: error: ...` and returns its exit code.
-fn report(e: &DlqError) -> u8 {
-    say(&format!("dlq: error: {e}"));
-    e.exit_code()
+/// Prints the error as `dlq: error: ...` (its context and causes on one line) and
+/// returns its exit code: the one the library error says, else 1.
+fn report(e: &anyhow::Error) -> u8 {
+    say(&format!("dlq: error: {}", dlq::error::one_line(e.as_ref())));
+    e.downcast_ref::<DlqError>()
+        .map_or(dlq::exit::ERROR, DlqError::exit_code)
 }
 
 /// The exit code once the command is done, given how its output went: a closed pipe ends
@@ -456,7 +491,7 @@ fn finish(out: &Out, result: Result<u8>) -> u8 {
     match out.check() {
         Ok(()) => code,
         Err(e) => {
-            report(&e);
+            report(&e.into());
             if code == dlq::exit::OK {
                 dlq::exit::ERROR
             } else {
@@ -556,11 +591,11 @@ pub fn main() -> u8 {
         }
     };
     if let Err(e) = pick_url_sources(&mut cli.global, &matches) {
-        return report(&e);
+        return report(&e.into());
     }
-    let production = match profile::apply(&mut cli, &matches) {
+    let applied = match profile::apply(&mut cli, &matches) {
         Ok(p) => p,
-        Err(e) => return report(&e),
+        Err(e) => return report(&e.into()),
     };
     // Register the passwords of the configured URLs before anything can print them.
     let _ = SecretUrl::new(cli.global.database_url.clone());
@@ -586,18 +621,14 @@ pub fn main() -> u8 {
         global: cli.global,
         format,
         out: Out::new(format),
-        production,
+        profile: applied,
     };
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
     {
         Ok(r) => r,
-        Err(e) => {
-            return report(&DlqError::other(format!(
-                "cannot start the async runtime: {e}"
-            )))
-        }
+        Err(e) => return report(&anyhow::Error::new(e).context("cannot start the async runtime")),
     };
     let result = runtime.block_on(run(&ctx, cli.command));
     runtime.shutdown_timeout(Duration::from_secs(1));

@@ -3,8 +3,9 @@
 
 use super::report::{emit, StepReport};
 use super::Ctx;
+use super::Result;
 use clap::Args;
-use dlq::error::{DlqError, Result};
+use dlq::error::DlqError;
 use dlq::model::{validate_id, Outcome};
 
 #[derive(Debug, Args)]
@@ -18,7 +19,7 @@ pub struct NoteArgs {
 pub async fn run(ctx: &Ctx, args: NoteArgs) -> Result<u8> {
     validate_id(&args.id)?;
     if args.text.trim().is_empty() {
-        return Err(DlqError::usage("the note is empty"));
+        return Err(DlqError::usage("the note is empty").into());
     }
     let operator = ctx.operator()?;
     let store = ctx.store_for_writes().await?;

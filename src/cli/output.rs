@@ -10,7 +10,7 @@
 //! quietly; a plan run is stopped like Ctrl-C (see [`Out::stop_on_close`]).
 
 use super::Format;
-use comfy_table::{presets, ContentArrangement, Table};
+use comfy_table::{presets, ColumnConstraint, ContentArrangement, Table, Width};
 use dlq::error::{DlqError, Result};
 use dlq::sanitize;
 use serde::Serialize;
@@ -124,26 +124,60 @@ impl Out {
     }
 
     /// A table with a header row, as a terminal table or as Markdown. Every cell is
-    /// shown on one line with its control characters escaped.
+    /// shown on one line with its control characters escaped. On a terminal (or with
+    /// `COLUMNS` set) the table fits its width: an ID (or a time, a state) is never
+    /// wrapped, so it can be copied whole; free text (an error) wraps first, then the
+    /// least useful columns are left out (said on stderr) when even that does not fit.
     pub fn table(&self, header: Vec<String>, rows: Vec<Vec<String>>) {
         let markdown = self.format == Format::Markdown;
-        let cell = |s: String| {
+        let cell = |s: &String| {
             if markdown {
-                sanitize::markdown_cell(&s)
+                sanitize::markdown_cell(s)
             } else {
-                sanitize::line(&s).into_owned()
+                sanitize::line(s).into_owned()
             }
         };
+        let header: Vec<String> = header.iter().map(cell).collect();
+        let rows: Vec<Vec<String>> = rows.iter().map(|r| r.iter().map(cell).collect()).collect();
         let mut t = Table::new();
+        let mut kept: Vec<usize> = (0..header.len()).collect();
         if markdown {
             t.load_style(presets::ASCII_MARKDOWN);
         } else {
             t.load_style(presets::UTF8_FULL_CONDENSED)
                 .set_content_arrangement(ContentArrangement::Dynamic);
+            if let Some(width) = columns_env() {
+                t.set_width(width);
+            }
+            if let Some(width) = t.width() {
+                kept = fit(&header, &rows, usize::from(width));
+                let left_out: Vec<&str> = (0..header.len())
+                    .filter(|i| !kept.contains(i))
+                    .map(|i| header[i].as_str())
+                    .collect();
+                if !left_out.is_empty() {
+                    eprintln!(
+                        "narrow terminal: {} not shown (widen it, or use -o json)",
+                        left_out.join(", ")
+                    );
+                }
+            }
         }
-        t.set_header(header.into_iter().map(cell).collect::<Vec<_>>());
-        for r in rows {
-            t.add_row(r.into_iter().map(cell).collect::<Vec<_>>());
+        let pick = |r: &Vec<String>| kept.iter().map(|&i| r[i].clone()).collect::<Vec<_>>();
+        t.set_header(pick(&header));
+        for r in &rows {
+            t.add_row(pick(r));
+        }
+        if !markdown {
+            let constraints = kept.iter().map(|&i| {
+                if FREE_TEXT.contains(&header[i].as_str()) {
+                    // The width comfy-table counts includes the cell's padding.
+                    ColumnConstraint::LowerBoundary(Width::Fixed(min_width(&header[i]) as u16 + 2))
+                } else {
+                    ColumnConstraint::ContentWidth
+                }
+            });
+            t.set_constraints(constraints);
         }
         self.write(&format!("{t}\n"));
     }
@@ -168,6 +202,67 @@ impl Out {
     pub fn stream(&self) -> std::io::BufWriter<std::io::Stdout> {
         std::io::BufWriter::with_capacity(256 * 1024, std::io::stdout())
     }
+}
+
+/// `COLUMNS`, when set to a width: it wins over the terminal's (and sets one for output
+/// that is not a terminal).
+fn columns_env() -> Option<u16> {
+    std::env::var("COLUMNS")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+        .filter(|w| *w >= 20)
+}
+
+/// Columns left out first when a table cannot fit, most expendable first; `ID` never is.
+const LEAVE_OUT_FIRST: [&str; 6] = [
+    "SCHEMA",
+    "PRODUCER",
+    "ATTEMPTS",
+    "ERROR",
+    "DEAD-LETTERED",
+    "REASON",
+];
+
+/// Columns of free text, which wrap to fit; every other column keeps its content's width
+/// (an ID, a time, a state are never broken).
+const FREE_TEXT: [&str; 3] = ["ERROR", "DETAIL", "NOTE"];
+
+/// The narrowest a free-text column is made before columns are left out.
+fn min_width(header: &str) -> usize {
+    header.chars().count().max(12)
+}
+
+/// The columns (indices) of a table that fit in `width`: each at its content's width,
+/// free-text ones at [`min_width`] or their content's width if smaller.
+fn fit(header: &[String], rows: &[Vec<String>], width: usize) -> Vec<usize> {
+    let natural = |i: usize| {
+        rows.iter()
+            .map(|r| r[i].chars().count())
+            .chain([header[i].chars().count()])
+            .max()
+            .unwrap_or(0)
+    };
+    let need = |i: usize| match header[i].as_str() {
+        h if FREE_TEXT.contains(&h) => natural(i).min(min_width(h)),
+        _ => natural(i),
+    };
+    let mut kept: Vec<usize> = (0..header.len()).collect();
+    let total = |kept: &[usize]| kept.iter().map(|&i| need(i) + 3).sum::<usize>() + 1;
+    while total(&kept) > width {
+        let next = LEAVE_OUT_FIRST
+            .iter()
+            .find_map(|name| kept.iter().position(|&i| header[i] == *name))
+            .or_else(|| kept.iter().rposition(|&i| header[i] != "ID"));
+        match next {
+            Some(pos) if kept.len() > 1 => {
+                kept.remove(pos);
+            }
+            _ => break,
+        }
+    }
+    kept
 }
 
 /// Resolves when the reader of stdout has gone away (a pipe whose other end closed);

@@ -3,8 +3,9 @@
 use super::filters::FilterArgs;
 use super::output::thousands;
 use super::Ctx;
+use super::Result;
 use clap::Args;
-use dlq::error::{DlqError, Result};
+use dlq::error::DlqError;
 use dlq::model::State;
 use dlq::plan::make_plan;
 
@@ -31,7 +32,7 @@ pub async fn run(ctx: &Ctx, args: PlanArgs) -> Result<u8> {
         _ => {
             return Err(DlqError::usage(
                 "a plan selects pending dead letters only (--state pending, the default); uncertain ones are settled with `dlq resolve`, discarded ones with `dlq restore`",
-            ))
+            ).into())
         }
     }
     let plan = make_plan(

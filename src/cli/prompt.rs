@@ -34,7 +34,7 @@ pub fn watch_signals() -> Arc<AtomicBool> {
 /// the profile's name instead of answering y.
 pub async fn confirm(ctx: &Ctx, prompt: &str) -> Result<bool> {
     let prompt = prompt.to_string();
-    let production = ctx.production.clone();
+    let production = ctx.profile.production.clone();
     tokio::task::spawn_blocking(move || match production {
         Some(name) => dialoguer::Input::<String>::new()
             .with_prompt(format!(

@@ -5,9 +5,10 @@
 use super::filters::FilterArgs;
 use super::output::{thousands, time};
 use super::prompt::{confirm, require_consent, watch_signals};
+use super::Result;
 use super::{Ctx, Format};
 use clap::Args;
-use dlq::error::{DlqError, Result};
+use dlq::error::DlqError;
 use dlq::model::State;
 use serde::Serialize;
 use std::sync::atomic::Ordering;
@@ -42,7 +43,7 @@ struct PruneReport {
 }
 
 pub async fn run(ctx: &Ctx, args: PruneArgs) -> Result<u8> {
-    let states = State::parse_list(&args.filters.state)?;
+    let states = State::parse_list(&args.filters.states())?;
     if states.is_empty()
         || states
             .iter()
@@ -50,7 +51,7 @@ pub async fn run(ctx: &Ctx, args: PruneArgs) -> Result<u8> {
     {
         return Err(DlqError::usage(
             "prune deletes settled dead letters only: give --state replayed, discarded or replayed,discarded (never pending, claimed or uncertain)",
-        ));
+        ).into());
     }
     let store = ctx.store_for_writes().await?;
     let now = store.now().await?;

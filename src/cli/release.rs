@@ -2,8 +2,8 @@
 
 use super::report::{emit, StepReport};
 use super::Ctx;
+use super::Result;
 use clap::Args;
-use dlq::error::Result;
 use dlq::model::{validate_id, Outcome};
 
 #[derive(Debug, Args)]

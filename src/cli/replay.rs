@@ -2,10 +2,11 @@
 
 use super::prompt::{confirm, require_consent, watch_signals};
 use super::report::{emit, emit_item, StepReport};
+use super::Result;
 use super::{Ctx, Format};
 use base64::Engine;
 use clap::Args;
-use dlq::error::{DlqError, Result};
+use dlq::error::DlqError;
 use dlq::model::{validate_id, Outcome};
 use dlq::plan::{run_plan, Plan, RunOptions};
 use dlq::publisher::{replay_headers, PublisherOptions};
@@ -114,13 +115,14 @@ pub async fn run(ctx: &Ctx, args: ReplayArgs) -> Result<u8> {
             humantime::format_duration(args.confirm_timeout),
             humantime::format_duration(period),
             humantime::format_duration(LEASE_MARGIN),
-        )));
+        )).into());
     }
     if let Some(h) = &args.expect_sha256 {
         if h.len() != 64 || !h.chars().all(|c| c.is_ascii_hexdigit()) {
             return Err(DlqError::usage(
                 "--expect-sha256 takes the 64 hex digits that `dlq show` prints as sha256",
-            ));
+            )
+            .into());
         }
     }
     let operator = ctx.operator()?;
@@ -142,7 +144,7 @@ pub async fn run(ctx: &Ctx, args: ReplayArgs) -> Result<u8> {
     match (&args.id, &args.plan) {
         (Some(id), _) => single(ctx, &args, id, opts, amqp, publisher_opts).await,
         (None, Some(path)) => group(ctx, &args, path, opts, amqp, publisher_opts).await,
-        (None, None) => Err(DlqError::usage("give a dead-letter ID or --plan FILE")),
+        (None, None) => Err(DlqError::usage("give a dead-letter ID or --plan FILE").into()),
     }
 }
 
@@ -176,7 +178,7 @@ async fn single(
     let Some(target) = resolve_target(&row.summary, &opts) else {
         return Err(DlqError::usage(format!(
             "dead letter {id} has no exchange, routing key or source queue: give --routing-key (and --exchange)"
-        )));
+        )).into());
     };
     if args.dry_run {
         let headers = replay_headers(&row.headers(), id, &row.summary.reason, &opts.operator);

@@ -2,8 +2,8 @@
 //! and the one place that prints it.
 
 use super::output::thousands;
+use super::Result;
 use super::{Ctx, Format};
-use dlq::error::Result;
 use dlq::model::{NewHistory, Outcome, State};
 use dlq::replay::{why_unavailable, ItemReport};
 use dlq::store::Store;
@@ -155,7 +155,7 @@ pub async fn apply_change<F, Fut>(
 ) -> Result<u8>
 where
     F: FnMut(Vec<String>, Vec<NewHistory>) -> Fut,
-    Fut: std::future::Future<Output = Result<Vec<String>>>,
+    Fut: std::future::Future<Output = dlq::error::Result<Vec<String>>>,
 {
     let mut worst: Option<Outcome> = None;
     let mut changed_total = 0usize;

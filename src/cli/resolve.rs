@@ -7,9 +7,10 @@ use super::filters::FilterArgs;
 use super::output::thousands;
 use super::prompt::{confirm, require_consent};
 use super::report::{emit, StepReport};
+use super::Result;
 use super::{Ctx, Format};
 use clap::Args;
-use dlq::error::{DlqError, Result};
+use dlq::error::DlqError;
 use dlq::model::{validate_id, NewHistory, Outcome, State};
 use dlq::plan::Plan;
 use std::collections::HashSet;
@@ -50,7 +51,8 @@ pub async fn run(ctx: &Ctx, args: ResolveArgs) -> Result<u8> {
     if args.note.trim().is_empty() {
         return Err(DlqError::usage(
             "--note is empty: say what you checked (it is kept in the history)",
-        ));
+        )
+        .into());
     }
     let operator = ctx.operator()?;
     let store = ctx.store_for_writes().await?;
@@ -68,7 +70,7 @@ pub async fn run(ctx: &Ctx, args: ResolveArgs) -> Result<u8> {
                 _ => {
                     return Err(DlqError::usage(
                         "only uncertain dead letters can be resolved: use --state uncertain (the default here)",
-                    ))
+                    ).into())
                 }
             }
             let (rows, total) = store.list(&filter, args.limit).await?;
@@ -77,7 +79,7 @@ pub async fn run(ctx: &Ctx, args: ResolveArgs) -> Result<u8> {
                     "the filters select {} uncertain dead letters, more than --limit {}: narrow them or raise --limit",
                     thousands(total),
                     args.limit
-                )));
+                )).into());
             }
             // In ID order: a selection resolves (and reports) the same way every time.
             let mut ids: Vec<String> = rows.into_iter().map(|r| r.id).collect();

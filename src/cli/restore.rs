@@ -6,8 +6,9 @@ use super::output::thousands;
 use super::prompt::{confirm, require_consent};
 use super::report::{apply_change, emit, Change, StepReport};
 use super::Ctx;
+use super::Result;
 use clap::Args;
-use dlq::error::{DlqError, Result};
+use dlq::error::DlqError;
 use dlq::model::{Outcome, State};
 use std::path::PathBuf;
 
@@ -34,9 +35,7 @@ pub struct RestoreArgs {
 
 pub async fn run(ctx: &Ctx, args: RestoreArgs) -> Result<u8> {
     if args.note.trim().is_empty() {
-        return Err(DlqError::usage(
-            "--note is empty: say why (it is kept in the history)",
-        ));
+        return Err(DlqError::usage("--note is empty: say why (it is kept in the history)").into());
     }
     let operator = ctx.operator()?;
     let store = ctx.store_for_writes().await?;

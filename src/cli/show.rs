@@ -1,11 +1,12 @@
 //! `dlq show ID`: everything about one dead letter.
 
 use super::output::{opt, render_body, time};
+use super::report::{emit, StepReport};
+use super::Result;
 use super::{Ctx, Format};
 use base64::Engine;
 use clap::Args;
-use dlq::error::{DlqError, Result};
-use dlq::model::{validate_id, DeadLetter, HistoryEntry, Summary};
+use dlq::model::{validate_id, DeadLetter, HistoryEntry, Outcome, Summary};
 use dlq::sanitize::line;
 use serde::Serialize;
 
@@ -31,10 +32,17 @@ struct ShowJson<'a> {
 pub async fn run(ctx: &Ctx, args: ShowArgs) -> Result<u8> {
     validate_id(&args.id)?;
     let store = ctx.store().await?;
-    let row = store
-        .get(&args.id)
-        .await?
-        .ok_or_else(|| DlqError::NotFound(args.id.clone()))?;
+    let Some(row) = store.get(&args.id).await? else {
+        store.close().await;
+        // The same `not_found` report as claim, release and replay print.
+        let id = &args.id;
+        let r = StepReport::new(
+            id,
+            Outcome::NotFound,
+            format!("no dead letter with id {id:?}"),
+        );
+        return Ok(emit(ctx, &r));
+    };
     let history = store.history(&args.id).await?;
     store.close().await;
     match ctx.format {

@@ -128,6 +128,9 @@ pub trait Store: Send + Sync {
     async fn check_schema(&self) -> Result<()>;
     /// The database's clock.
     async fn now(&self) -> Result<DateTime<Utc>>;
+    /// IDs of rows not yet replayed or discarded that start with `prefix`, newest first,
+    /// at most `limit` (shell completion: no count, no body, one short statement).
+    async fn ids_starting_with(&self, prefix: &str, limit: i64) -> Result<Vec<String>>;
 
     /// Newest first, at most `limit`; also the number of rows matching.
     async fn list(&self, filter: &Filter, limit: i64) -> Result<(Vec<Summary>, i64)>;
@@ -360,38 +363,37 @@ pub(crate) fn db_error(e: sqlx::Error) -> DlqError {
         if code == "5" || code == "517" || msg.contains("database is locked") {
             return DlqError::Busy(Duration::from_secs(0));
         }
-        if code == "57014" {
-            return DlqError::Unavailable(format!(
-                "database: statement timed out ({})",
-                scrub(&msg)
-            ));
-        }
-        if code == "55P03" {
-            return DlqError::Unavailable(format!(
-                "database: lock wait timed out ({})",
-                scrub(&msg)
-            ));
-        }
-        // serialization_failure, deadlock_detected, admin shutdown / cannot connect now.
-        if matches!(code.as_str(), "40001" | "40P01" | "57P01" | "57P03") {
-            return DlqError::Unavailable(format!("database: {}", scrub(&msg)));
-        }
-        return DlqError::other(format!("database: {}", scrub(&msg)));
+        let why = match code.as_str() {
+            "57014" => Some("statement timed out"),
+            "55P03" => Some("lock wait timed out"),
+            // serialization_failure, deadlock_detected, admin shutdown / cannot connect now.
+            "40001" | "40P01" | "57P01" | "57P03" => Some("temporarily unavailable"),
+            _ => None,
+        };
+        return match why {
+            Some(what) => DlqError::Unavailable {
+                what: what.into(),
+                source: Some(e),
+            },
+            None => DlqError::Database(e),
+        };
     }
     match e {
-        sqlx::Error::PoolTimedOut => {
-            DlqError::Unavailable("database: timed out connecting (is it reachable?)".into())
-        }
+        sqlx::Error::PoolTimedOut => DlqError::Unavailable {
+            what: "timed out connecting (is it reachable?)".into(),
+            source: None,
+        },
         // The connection broke (also mid-handshake, where a dropped socket reads as a
         // TLS or protocol error): the next try opens a new one.
         sqlx::Error::Io(_)
         | sqlx::Error::Tls(_)
         | sqlx::Error::Protocol(_)
         | sqlx::Error::PoolClosed
-        | sqlx::Error::WorkerCrashed => {
-            DlqError::Unavailable(format!("database: {}", scrub(&e.to_string())))
-        }
-        other => DlqError::other(format!("database: {}", scrub(&other.to_string()))),
+        | sqlx::Error::WorkerCrashed => DlqError::Unavailable {
+            what: "connection lost".into(),
+            source: Some(e),
+        },
+        other => DlqError::Database(other),
     }
 }
 
@@ -516,7 +518,7 @@ pub(crate) fn decode_state(s: &str) -> std::result::Result<State, sqlx::Error> {
 
 /// Transient database errors: worth retrying a protocol write that must not be lost.
 pub fn is_transient(e: &DlqError) -> bool {
-    matches!(e, DlqError::Busy(_) | DlqError::Unavailable(_))
+    matches!(e, DlqError::Busy(_) | DlqError::Unavailable { .. })
 }
 
 /// The SQL expression of an aggregate dimension; `bucket` renders hour/day buckets.

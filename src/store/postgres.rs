@@ -104,19 +104,40 @@ impl PgStore {
             // A long statement (an export, an aggregate over millions of rows) is not a
             // warning for the operator; `-v` shows it.
             .log_slow_statements(log::LevelFilter::Info, Duration::from_secs(1));
+        let refused = refused_probe(
+            options.get_host().to_string(),
+            options.get_port(),
+            options.get_socket().is_some(),
+        );
         let pool = PgPoolOptions::new()
             .max_connections(opts.max_connections)
             .test_before_acquire(opts.long_running)
             .acquire_timeout(opts.connect_timeout)
-            .connect_with(options)
-            .await
-            .map_err(db_error)?;
+            .connect_with(options);
+        // sqlx retries a refused connection until the timeout (a server that restarts);
+        // a port nobody listens on is said at once instead, as for the broker.
+        let pool = tokio::select! {
+            pool = pool => pool.map_err(db_error)?,
+            Some(why) = refused => return Err(DlqError::other(why)),
+        };
         Ok(PgStore { pool })
     }
+}
 
-    pub fn pool(&self) -> &PgPool {
-        &self.pool
+/// Resolves to a message when the server's TCP port refuses connections; never resolves
+/// otherwise (a Unix socket, a port that answers, a host that does not). It waits a
+/// little first, so that a server that answers is never probed.
+async fn refused_probe(host: String, port: u16, socket: bool) -> Option<String> {
+    if !socket && !host.starts_with('/') {
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        let probe = tokio::net::TcpStream::connect((host.as_str(), port)).await;
+        if probe.is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionRefused) {
+            return Some(format!(
+                "database: connection refused by {host}:{port} (is PostgreSQL running there?)"
+            ));
+        }
     }
+    std::future::pending().await
 }
 
 fn summary(row: &PgRow) -> std::result::Result<Summary, sqlx::Error> {
@@ -281,6 +302,19 @@ impl Store for PgStore {
             .fetch_one(&self.pool)
             .await
             .map_err(db_error)
+    }
+
+    async fn ids_starting_with(&self, prefix: &str, limit: i64) -> Result<Vec<String>> {
+        sqlx::query_scalar(
+            "SELECT id FROM dead_letters WHERE starts_with(id, $1) \
+             AND replayed_at IS NULL AND discarded_at IS NULL \
+             ORDER BY dead_lettered_at DESC LIMIT $2",
+        )
+        .bind(prefix)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db_error)
     }
 
     async fn list(&self, filter: &Filter, limit: i64) -> Result<(Vec<Summary>, i64)> {

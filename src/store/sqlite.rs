@@ -190,6 +190,13 @@ fn summary(row: &SqliteRow) -> std::result::Result<Summary, sqlx::Error> {
 }
 
 impl SqliteStore {
+    async fn applied_versions(&self) -> Vec<i64> {
+        sqlx::query_scalar("SELECT version FROM _sqlx_migrations ORDER BY version")
+            .fetch_all(&self.pool)
+            .await
+            .unwrap_or_default()
+    }
+
     pub async fn connect(url: &SecretUrl, opts: &StoreOptions) -> Result<Self> {
         let mut options = SqliteConnectOptions::from_str(url.expose())
             .map_err(|e| DlqError::usage(format!("invalid SQLite URL {url}: {e}")))?
@@ -220,7 +227,10 @@ impl SqliteStore {
             .acquire_timeout(opts.connect_timeout + opts.busy_timeout)
             .connect_with(options)
             .await
-            .map_err(db_error)?;
+            .map_err(|e| match db_error(e) {
+                DlqError::Busy(_) => DlqError::Busy(opts.busy_timeout),
+                other => other,
+            })?;
         Ok(SqliteStore {
             pool,
             busy: opts.busy_timeout,
@@ -351,12 +361,25 @@ async fn import_history(
 #[async_trait]
 impl Store for SqliteStore {
     async fn migrate(&self) -> Result<Vec<String>> {
-        let applied: Vec<i64> = sqlx::query_scalar("SELECT version FROM _sqlx_migrations")
-            .fetch_all(&self.pool)
-            .await
-            .unwrap_or_default();
-        MIGRATOR.run(&self.pool).await.map_err(migration_error)?;
-        Ok(newly_applied(&MIGRATOR, &applied))
+        // sqlx takes no lock on SQLite: a second `dlq migrate` running at the same time
+        // (two hosts starting together on a new file) fails on a busy lock or on a
+        // table the first just created. Each migration is one transaction, so trying
+        // again once the other made progress is safe; it then finds them applied.
+        let applied = self.applied_versions().await;
+        let deadline = tokio::time::Instant::now() + self.busy.max(Duration::from_secs(5));
+        loop {
+            let before = self.applied_versions().await;
+            let Err(e) = MIGRATOR.run(&self.pool).await else {
+                return Ok(newly_applied(&MIGRATOR, &applied));
+            };
+            let text = e.to_string();
+            let busy = text.contains("database is locked") || text.contains("busy");
+            let raced = self.applied_versions().await != before;
+            if !(busy || raced) || tokio::time::Instant::now() >= deadline {
+                return Err(migration_error(e));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     async fn check_schema(&self) -> Result<()> {
@@ -376,6 +399,19 @@ impl Store for SqliteStore {
             .await
             .map_err(self.err())?;
         Ok(from_ms(ms))
+    }
+
+    async fn ids_starting_with(&self, prefix: &str, limit: i64) -> Result<Vec<String>> {
+        sqlx::query_scalar(
+            "SELECT id FROM dead_letters WHERE substr(id, 1, length(?1)) = ?1 \
+             AND replayed_at IS NULL AND discarded_at IS NULL \
+             ORDER BY dead_lettered_at DESC LIMIT ?2",
+        )
+        .bind(prefix)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(self.err())
     }
 
     async fn list(&self, filter: &Filter, limit: i64) -> Result<(Vec<Summary>, i64)> {
