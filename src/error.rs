@@ -113,3 +113,36 @@ pub fn one_line(e: &(dyn std::error::Error + 'static)) -> String {
     }
     parts.join(": ")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn causes_are_kept_as_sources_and_said_once() {
+        let io = std::io::Error::new(std::io::ErrorKind::NotFound, "no such file");
+        let e = Err::<(), _>(io)
+            .io_context(|| "cannot read plan.json".into())
+            .unwrap_err();
+        assert!(std::error::Error::source(&e).is_some());
+        assert_eq!(one_line(&e), "cannot read plan.json: no such file");
+        let e = DlqError::Unavailable {
+            what: "connection lost".into(),
+            source: Some(sqlx::Error::PoolClosed),
+        };
+        assert!(std::error::Error::source(&e).is_some());
+        let text = one_line(&e);
+        assert!(text.starts_with("database: connection lost: "), "{text}");
+        // The cause is said once, though it is both in the text and the source.
+        assert_eq!(text.matches("closed").count(), 1, "{text}");
+    }
+
+    #[test]
+    fn a_cause_never_prints_a_registered_password() {
+        crate::secret::register("Hunter2Canary");
+        let e = DlqError::Database(sqlx::Error::Protocol(
+            "server said: bad password Hunter2Canary".into(),
+        ));
+        assert!(!e.to_string().contains("Hunter2Canary"), "{e}");
+    }
+}

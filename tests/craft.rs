@@ -145,6 +145,14 @@ fn a_refused_postgres_port_says_refused_before_the_connect_timeout() {
     let took = started.elapsed();
     assert_eq!(r.code, 1, "{}", r.all());
     assert!(r.stderr.contains("refused"), "{}", r.stderr);
+    // The context says which database, its password masked.
+    assert!(
+        r.stderr.contains(&format!(
+            "opening postgres://postgres:***@127.0.0.1:{port}/x"
+        )),
+        "{}",
+        r.stderr
+    );
     assert!(!r.stderr.contains("PWCANARY"), "{}", r.stderr);
     // Well short of the 30 s connect timeout (what sqlx alone would wait).
     assert!(took < Duration::from_secs(20), "took {took:?}");
