@@ -3,9 +3,7 @@
 //! and `dlq restore` makes it pending again.
 
 use super::filters::{select, FilterArgs};
-use super::output::thousands;
-use super::prompt::{confirm, require_consent};
-use super::report::{apply_change, emit, Change, StepReport};
+use super::report::{confirm_and_apply, Change};
 use super::Ctx;
 use super::Result;
 use clap::Args;
@@ -50,36 +48,10 @@ pub async fn run(ctx: &Ctx, args: DiscardArgs) -> Result<u8> {
         "discarded",
     )
     .await?;
-    if sel.ids.is_empty() {
-        eprintln!("no pending dead letters match; nothing to discard");
-        return Ok(dlq::exit::OK);
-    }
-    if require_consent(ctx, args.yes, "discard")? {
-        let what = match sel.single {
-            true => sel.ids[0].clone(),
-            false => format!("{} dead letters", thousands(sel.ids.len() as i64)),
-        };
-        eprintln!(
-            "About to discard {what} (never replayed until restored): {}",
-            args.note
-        );
-        if !confirm(ctx, "Discard?").await? {
-            if sel.single {
-                return Ok(emit(
-                    ctx,
-                    &StepReport::new(
-                        &sel.ids[0],
-                        Outcome::NotDiscarded,
-                        "declined at the prompt; nothing was changed",
-                    ),
-                ));
-            }
-            eprintln!("declined; nothing was changed");
-            return Ok(dlq::exit::NOT_DONE);
-        }
-    }
     let change = Change {
         action: "discard",
+        from: State::Pending,
+        meaning: "never replayed until restored",
         done: Outcome::Discarded,
         not_done: Outcome::NotDiscarded,
         detail: format!("set aside, never replayed until restored: {}", args.note),
@@ -88,12 +60,13 @@ pub async fn run(ctx: &Ctx, args: DiscardArgs) -> Result<u8> {
     };
     let s = store.as_ref();
     let note = args.note.as_str();
-    let code = apply_change(
+    let code = confirm_and_apply(
         ctx,
         s,
         &operator,
-        &sel.ids,
-        sel.single,
+        &sel,
+        args.yes,
+        &args.note,
         &change,
         |ids, history| async move { s.discard(&ids, note, &history).await },
     )

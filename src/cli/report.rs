@@ -1,7 +1,9 @@
 //! The one report of a step on one dead letter (claim, release, replay, resolve, ...)
 //! and the one place that prints it.
 
+use super::filters::Selection;
 use super::output::thousands;
+use super::prompt::{confirm, require_consent};
 use super::Result;
 use super::{Ctx, Format};
 use dlq::model::{NewHistory, Outcome, State};
@@ -132,6 +134,10 @@ pub fn emit_item(ctx: &Ctx, r: &ItemReport) -> u8 {
 pub struct Change {
     /// The history action (`discard`).
     pub action: &'static str,
+    /// The state a row must be in (`pending` for a discard).
+    pub from: State,
+    /// What the change means, for the prompt ("never replayed until restored").
+    pub meaning: &'static str,
     pub done: Outcome,
     pub not_done: Outcome,
     /// The report and history detail of a row changed.
@@ -139,6 +145,49 @@ pub struct Change {
     /// What a row not changed reports, before why it is unavailable.
     pub refused: &'static str,
     pub plan_id: Option<String>,
+}
+
+/// The flow `discard` and `restore` share: nothing to do, ask on a terminal (or take
+/// `--yes`), then [`apply_change`]. `note` is the operator's reason, shown at the prompt.
+#[allow(clippy::too_many_arguments)]
+pub async fn confirm_and_apply<F, Fut>(
+    ctx: &Ctx,
+    store: &dyn Store,
+    operator: &str,
+    sel: &Selection,
+    yes: bool,
+    note: &str,
+    change: &Change,
+    act: F,
+) -> Result<u8>
+where
+    F: FnMut(Vec<String>, Vec<NewHistory>) -> Fut,
+    Fut: std::future::Future<Output = dlq::error::Result<Vec<String>>>,
+{
+    let (verb, from) = (change.action, change.from.as_str());
+    if sel.ids.is_empty() {
+        eprintln!("no {from} dead letters match; nothing to {verb}");
+        return Ok(dlq::exit::OK);
+    }
+    if require_consent(ctx, yes, verb)? {
+        let what = match sel.single {
+            true => sel.ids[0].clone(),
+            false => format!("{} dead letters", thousands(sel.ids.len() as i64)),
+        };
+        eprintln!("About to {verb} {what} ({}): {note}", change.meaning);
+        let mut question = verb.to_string();
+        question[..1].make_ascii_uppercase();
+        if !confirm(ctx, &format!("{question}?")).await? {
+            let declined = "declined at the prompt; nothing was changed";
+            if sel.single {
+                let r = StepReport::new(&sel.ids[0], change.not_done, declined);
+                return Ok(emit(ctx, &r));
+            }
+            eprintln!("declined; nothing was changed");
+            return Ok(dlq::exit::NOT_DONE);
+        }
+    }
+    apply_change(ctx, store, operator, &sel.ids, sel.single, change, act).await
 }
 
 /// Applies `act` (the store step, which records the history of the rows it changes) to

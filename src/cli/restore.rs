@@ -2,9 +2,7 @@
 //! note in its history saying why.
 
 use super::filters::{select, FilterArgs};
-use super::output::thousands;
-use super::prompt::{confirm, require_consent};
-use super::report::{apply_change, emit, Change, StepReport};
+use super::report::{confirm_and_apply, Change};
 use super::Ctx;
 use super::Result;
 use clap::Args;
@@ -49,36 +47,10 @@ pub async fn run(ctx: &Ctx, args: RestoreArgs) -> Result<u8> {
         "restored",
     )
     .await?;
-    if sel.ids.is_empty() {
-        eprintln!("no discarded dead letters match; nothing to restore");
-        return Ok(dlq::exit::OK);
-    }
-    if require_consent(ctx, args.yes, "restore")? {
-        let what = match sel.single {
-            true => sel.ids[0].clone(),
-            false => format!("{} dead letters", thousands(sel.ids.len() as i64)),
-        };
-        eprintln!(
-            "About to restore {what} (pending again: a plan or replay may publish it): {}",
-            args.note
-        );
-        if !confirm(ctx, "Restore?").await? {
-            if sel.single {
-                return Ok(emit(
-                    ctx,
-                    &StepReport::new(
-                        &sel.ids[0],
-                        Outcome::NotRestored,
-                        "declined at the prompt; nothing was changed",
-                    ),
-                ));
-            }
-            eprintln!("declined; nothing was changed");
-            return Ok(dlq::exit::NOT_DONE);
-        }
-    }
     let change = Change {
         action: "restore",
+        from: State::Discarded,
+        meaning: "pending again: a plan or replay may publish it",
         done: Outcome::Restored,
         not_done: Outcome::NotRestored,
         detail: format!("pending again: {}", args.note),
@@ -86,12 +58,13 @@ pub async fn run(ctx: &Ctx, args: RestoreArgs) -> Result<u8> {
         plan_id: sel.plan_id.clone(),
     };
     let s = store.as_ref();
-    let code = apply_change(
+    let code = confirm_and_apply(
         ctx,
         s,
         &operator,
-        &sel.ids,
-        sel.single,
+        &sel,
+        args.yes,
+        &args.note,
         &change,
         |ids, history| async move { s.restore(&ids, &history).await },
     )
