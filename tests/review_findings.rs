@@ -255,21 +255,12 @@ mod lost_reply {
     }
 
     #[async_trait]
-    impl Store for LoseFirstMarkReply {
-        async fn migrate(&self) -> Result<Vec<String>> {
-            self.inner.migrate().await
-        }
+    impl Reads for LoseFirstMarkReply {
         async fn check_schema(&self) -> Result<()> {
             self.inner.check_schema().await
         }
         async fn now(&self) -> Result<DateTime<Utc>> {
             self.inner.now().await
-        }
-        async fn ids_starting_with(&self, prefix: &str, limit: i64) -> Result<Vec<String>> {
-            self.inner.ids_starting_with(prefix, limit).await
-        }
-        async fn list(&self, f: &Filter, limit: i64) -> Result<(Vec<Summary>, i64)> {
-            self.inner.list(f, limit).await
         }
         async fn aggregate(&self, d: &[Dimension], f: &Filter) -> Result<Vec<Group>> {
             self.inner.aggregate(d, f).await
@@ -283,11 +274,56 @@ mod lost_reply {
         async fn history(&self, id: &str) -> Result<Vec<HistoryEntry>> {
             self.inner.history(id).await
         }
-        async fn import(&self, rows: Vec<NewDeadLetter>, skip: bool) -> Result<ImportReport> {
-            self.inner.import(rows, skip).await
-        }
         async fn plan_candidates(&self, f: &Filter, limit: i64) -> Result<Vec<PlanCandidate>> {
             self.inner.plan_candidates(f, limit).await
+        }
+        async fn held(&self, ids: &[String], token: &str) -> Result<Vec<DeadLetter>> {
+            self.inner.held(ids, token).await
+        }
+        async fn dead_lettered_since(
+            &self,
+            after: &(DateTime<Utc>, String),
+            limit: i64,
+        ) -> Result<Vec<(String, String, DateTime<Utc>)>> {
+            self.inner.dead_lettered_since(after, limit).await
+        }
+        async fn ids_starting_with(&self, prefix: &str, limit: i64) -> dlq::Result<Vec<String>> {
+            self.inner.ids_starting_with(prefix, limit).await
+        }
+        async fn database_id(&self) -> dlq::Result<String> {
+            self.inner.database_id().await
+        }
+        async fn count(&self, filter: &dlq::model::Filter) -> dlq::Result<i64> {
+            self.inner.count(filter).await
+        }
+        async fn export(
+            &self,
+            filter: &dlq::model::Filter,
+            sink: &mut (dyn FnMut(dlq::store::NewDeadLetter) -> dlq::Result<()> + Send),
+        ) -> dlq::Result<u64> {
+            self.inner.export(filter, sink).await
+        }
+
+        async fn list_each(
+            &self,
+            f: &Filter,
+            limit: i64,
+            sink: &mut (dyn FnMut(Summary) -> Result<()> + Send),
+        ) -> Result<u64> {
+            self.inner.list_each(f, limit, sink).await
+        }
+        async fn count_at_most(&self, f: &Filter, cap: i64) -> Result<i64> {
+            self.inner.count_at_most(f, cap).await
+        }
+    }
+
+    #[async_trait]
+    impl Store for LoseFirstMarkReply {
+        async fn migrate(&self) -> Result<Vec<String>> {
+            self.inner.migrate().await
+        }
+        async fn import(&self, rows: Vec<NewDeadLetter>, skip: bool) -> Result<ImportReport> {
+            self.inner.import(rows, skip).await
         }
         async fn claim(
             &self,
@@ -297,9 +333,6 @@ mod lost_reply {
             h: &[NewHistory],
         ) -> Result<Vec<DeadLetter>> {
             self.inner.claim(ids, token, lease, h).await
-        }
-        async fn held(&self, ids: &[String], token: &str) -> Result<Vec<DeadLetter>> {
-            self.inner.held(ids, token).await
         }
         async fn attempt(
             &self,
@@ -356,13 +389,6 @@ mod lost_reply {
         async fn append_history(&self, e: &[NewHistory]) -> Result<()> {
             self.inner.append_history(e).await
         }
-        async fn dead_lettered_since(
-            &self,
-            after: &(DateTime<Utc>, String),
-            limit: i64,
-        ) -> Result<Vec<(String, String, DateTime<Utc>)>> {
-            self.inner.dead_lettered_since(after, limit).await
-        }
         async fn close(&self) {
             self.inner.close().await
         }
@@ -371,12 +397,6 @@ mod lost_reply {
             rows: &[dlq::store::CapturedLetter],
         ) -> dlq::Result<Vec<dlq::store::CaptureOutcome>> {
             self.inner.capture(rows).await
-        }
-        async fn database_id(&self) -> dlq::Result<String> {
-            self.inner.database_id().await
-        }
-        async fn count(&self, filter: &dlq::model::Filter) -> dlq::Result<i64> {
-            self.inner.count(filter).await
         }
         async fn discard(
             &self,
@@ -396,13 +416,6 @@ mod lost_reply {
             window: i64,
         ) -> dlq::Result<(Option<String>, u64)> {
             self.inner.prune_batch(filter, after, window).await
-        }
-        async fn export(
-            &self,
-            filter: &dlq::model::Filter,
-            sink: &mut (dyn FnMut(dlq::store::NewDeadLetter) -> dlq::Result<()> + Send),
-        ) -> dlq::Result<u64> {
-            self.inner.export(filter, sink).await
         }
     }
 }

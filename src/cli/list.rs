@@ -13,6 +13,9 @@ pub struct ListArgs {
     /// At most this many rows
     #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(i64).range(1..=1_000_000))]
     pub limit: i64,
+    /// Count every matching row (by default counting stops at 10,000: "50 of 10,000+")
+    #[arg(long)]
+    pub count: bool,
     /// Refresh every INTERVAL (default 2s) until Ctrl-C
     #[arg(long, value_name = "INTERVAL", num_args = 0..=1, default_missing_value = "2s", value_parser = dlq::timeparse::duration_arg)]
     pub watch: Option<std::time::Duration>,
@@ -57,12 +60,26 @@ pub async fn run(ctx: &Ctx, args: ListArgs) -> Result<u8> {
     Ok(dlq::exit::OK)
 }
 
+/// Counting stops here unless `--count` asks: on a flood, an exact count costs far more
+/// than the page (docs/performance.md).
+const COUNT_CAP: i64 = 10_000;
+
+/// Streams the rows from the database to stdout (memory stays flat whatever `--limit`),
+/// then says how many more match.
 async fn render(ctx: &Ctx, store: &dyn dlq::store::Store, args: &ListArgs) -> Result<()> {
     let filter = args.filters.resolve(store).await?;
-    let (rows, total) = store.list(&filter, args.limit).await?;
-    match ctx.format {
-        Format::Json if args.watch.is_some() => ctx.out.json_line(&rows),
-        Format::Json => ctx.out.json(&rows),
+    let shown = match ctx.format {
+        Format::Json => {
+            let mut rows = ctx.out.json_array(args.watch.is_none());
+            let shown = store
+                .list_each(&filter, args.limit, &mut |r| {
+                    rows.push(&r);
+                    ctx.out.check()
+                })
+                .await;
+            rows.finish();
+            shown
+        }
         Format::Table | Format::Markdown => {
             let header = [
                 "ID",
@@ -76,32 +93,45 @@ async fn render(ctx: &Ctx, store: &dyn dlq::store::Store, args: &ListArgs) -> Re
             ]
             .map(String::from)
             .to_vec();
-            let body = rows
-                .iter()
-                .map(|r| {
-                    vec![
-                        r.id.clone(),
+            let mut table = ctx.out.table_chunks(header);
+            let shown = store
+                .list_each(&filter, args.limit, &mut |r| {
+                    table.push(vec![
+                        r.id,
                         time(r.dead_lettered_at),
-                        r.reason.clone(),
+                        r.reason,
                         opt(&r.producer),
                         opt(&r.schema_version),
                         r.attempts.to_string(),
                         r.state.as_str().to_string(),
                         truncate(r.error.as_deref().unwrap_or(""), 48),
-                    ]
+                    ]);
+                    ctx.out.check()
                 })
-                .collect();
-            ctx.out.table(header, body);
+                .await;
+            table.finish();
+            shown
         }
-    }
+    }? as i64;
     ctx.out.check()?;
-    if (rows.len() as i64) < total {
-        eprintln!(
-            "{} of {} shown (raise --limit or narrow the filters)",
-            thousands(rows.len() as i64),
-            thousands(total)
-        );
-    } else if rows.is_empty() && ctx.format != Format::Json {
+    if shown == args.limit {
+        // A limit above the cap is counted up to the limit: "20,000 of 20,000+".
+        let cap = COUNT_CAP.max(args.limit);
+        let total = match args.count {
+            true => store.count(&filter).await?,
+            false => store.count_at_most(&filter, cap).await?,
+        };
+        if total > shown {
+            let of = match total > cap && !args.count {
+                true => format!("{}+", thousands(cap)),
+                false => thousands(total),
+            };
+            eprintln!(
+                "{} of {of} shown (raise --limit or narrow the filters)",
+                thousands(shown)
+            );
+        }
+    } else if shown == 0 && ctx.format != Format::Json {
         eprintln!("no dead letters match");
     }
     Ok(())

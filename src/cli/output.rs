@@ -123,6 +123,29 @@ impl Out {
         }
     }
 
+    /// A JSON array written as its items arrive, in the bytes [`Out::json`] (`pretty`) or
+    /// [`Out::json_line`] would write for the whole array, without holding it.
+    pub fn json_array(&self, pretty: bool) -> JsonArray<'_> {
+        JsonArray {
+            out: self,
+            pretty,
+            buf: String::from("["),
+            empty: true,
+        }
+    }
+
+    /// A table written as its rows arrive, in tables of [`TABLE_CHUNK`] rows: column
+    /// widths need every row of a table, so a huge listing is several tables, each with
+    /// its header, an empty line apart.
+    pub fn table_chunks(&self, header: Vec<String>) -> TableChunks<'_> {
+        TableChunks {
+            out: self,
+            header,
+            rows: Vec::new(),
+            printed: false,
+        }
+    }
+
     /// A table with a header row, as a terminal table or as Markdown. Every cell is
     /// shown on one line with its control characters escaped. On a terminal (or with
     /// `COLUMNS` set) the table fits its width: an ID (or a time, a state) is never
@@ -263,6 +286,90 @@ fn fit(header: &[String], rows: &[Vec<String>], width: usize) -> Vec<usize> {
         }
     }
     kept
+}
+
+/// See [`Out::json_array`].
+pub struct JsonArray<'o> {
+    out: &'o Out,
+    pretty: bool,
+    buf: String,
+    empty: bool,
+}
+
+impl JsonArray<'_> {
+    pub fn push(&mut self, value: &impl Serialize) {
+        let encoded = if self.pretty {
+            serde_json::to_string_pretty(value)
+        } else {
+            serde_json::to_string(value)
+        };
+        let item = match encoded {
+            Ok(s) => s,
+            Err(e) => {
+                let why = format!("cannot encode output: {e}");
+                return self.out.fail(WriteFailure::Failed(why));
+            }
+        };
+        if !self.empty {
+            self.buf.push(',');
+        }
+        self.empty = false;
+        if self.pretty {
+            // An item one level in: serde_json escapes newlines inside strings, so every
+            // newline here is the pretty printer's.
+            self.buf.push_str("\n  ");
+            self.buf.push_str(&item.replace('\n', "\n  "));
+        } else {
+            self.buf.push_str(&item);
+        }
+        if self.buf.len() >= 64 * 1024 {
+            self.out.write(&std::mem::take(&mut self.buf));
+        }
+    }
+
+    pub fn finish(mut self) {
+        if self.pretty && !self.empty {
+            self.buf.push('\n');
+        }
+        self.buf.push_str("]\n");
+        self.out.write(&self.buf);
+    }
+}
+
+/// Rows per table of [`Out::table_chunks`].
+pub const TABLE_CHUNK: usize = 1000;
+
+/// See [`Out::table_chunks`].
+pub struct TableChunks<'o> {
+    out: &'o Out,
+    header: Vec<String>,
+    rows: Vec<Vec<String>>,
+    printed: bool,
+}
+
+impl TableChunks<'_> {
+    pub fn push(&mut self, row: Vec<String>) {
+        self.rows.push(row);
+        if self.rows.len() == TABLE_CHUNK {
+            self.print();
+        }
+    }
+
+    fn print(&mut self) {
+        if self.printed {
+            self.out.write("\n");
+        }
+        self.printed = true;
+        self.out
+            .table(self.header.clone(), std::mem::take(&mut self.rows));
+    }
+
+    /// Prints the last rows (or, when there were none, the header alone).
+    pub fn finish(mut self) {
+        if !self.rows.is_empty() || !self.printed {
+            self.print();
+        }
+    }
 }
 
 /// Resolves when the reader of stdout has gone away (a pipe whose other end closed);

@@ -9,12 +9,13 @@
 //! - reads never touch `body` except where the body is the point (`show`, `plan`, replay).
 
 pub mod postgres;
+pub mod read;
 pub mod sqlite;
 
+pub use read::{Backend, Dialect, Reads};
+
 use crate::error::{DlqError, Result};
-use crate::model::{
-    DeadLetter, Dimension, Filter, Group, HistoryEntry, NewHistory, State, Summary,
-};
+use crate::model::{DeadLetter, Filter, HistoryEntry, NewHistory, State};
 use crate::secret::{scrub, SecretUrl};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -120,33 +121,14 @@ impl Default for StoreOptions {
     }
 }
 
+/// The writes of a store: each backend's own SQL. The reads ([`Reads`]) are one
+/// implementation for both.
 #[async_trait]
-pub trait Store: Send + Sync {
+pub trait Store: Reads {
     /// Applies the embedded migrations; returns the descriptions of those applied now.
     async fn migrate(&self) -> Result<Vec<String>>;
-    /// Fails with [`DlqError::SchemaMissing`] unless `dlq migrate` has run.
-    async fn check_schema(&self) -> Result<()>;
-    /// The database's clock.
-    async fn now(&self) -> Result<DateTime<Utc>>;
-    /// IDs of rows not yet replayed or discarded that start with `prefix`, newest first,
-    /// at most `limit` (shell completion: no count, no body, one short statement).
-    async fn ids_starting_with(&self, prefix: &str, limit: i64) -> Result<Vec<String>>;
-
-    /// Newest first, at most `limit`; also the number of rows matching.
-    async fn list(&self, filter: &Filter, limit: i64) -> Result<(Vec<Summary>, i64)>;
-    async fn aggregate(&self, dims: &[Dimension], filter: &Filter) -> Result<Vec<Group>>;
-    /// Whole rows, body included, in no particular order; unknown IDs are absent.
-    async fn load(&self, ids: &[String]) -> Result<Vec<DeadLetter>>;
-    async fn get(&self, id: &str) -> Result<Option<DeadLetter>> {
-        Ok(self.load(&[id.to_string()]).await?.pop())
-    }
-    async fn summaries(&self, ids: &[String]) -> Result<Vec<Summary>>;
-    async fn history(&self, id: &str) -> Result<Vec<HistoryEntry>>;
     /// All rows or none, in one transaction.
     async fn import(&self, rows: Vec<NewDeadLetter>, skip_existing: bool) -> Result<ImportReport>;
-    /// Rows matching the filter, newest first, with body hashes, for `dlq plan`.
-    async fn plan_candidates(&self, filter: &Filter, limit: i64) -> Result<Vec<PlanCandidate>>;
-
     /// Protocol step 1: claims each row that exists and is `pending` (not replayed, not
     /// discarded, no open attempt, no live lease), and appends the entry of `history` of
     /// each row claimed, in one transaction. Returns the claimed rows whole, with the
@@ -158,9 +140,6 @@ pub trait Store: Send + Sync {
         lease: Duration,
         history: &[NewHistory],
     ) -> Result<Vec<DeadLetter>>;
-    /// Rows on which `token` (taken earlier by `dlq claim`) holds a live lease and that no
-    /// attempt has used yet, whole.
-    async fn held(&self, ids: &[String], token: &str) -> Result<Vec<DeadLetter>>;
     /// Protocol step 2: where `token` holds the row, it is not replayed, no attempt is
     /// open and the lease outlives `outlive` on the database clock, records the attempt
     /// and swaps the token for `new_token`. Returns the IDs attempted: only these may be
@@ -214,15 +193,6 @@ pub trait Store: Send + Sync {
         history: &[NewHistory],
     ) -> Result<Vec<String>>;
     async fn append_history(&self, entries: &[NewHistory]) -> Result<()>;
-    /// Dead letters after `after` in (dead_lettered_at, id) order that carry an event ID,
-    /// at most `limit`: (id, event_id, dead_lettered_at). A plan run watches these to see
-    /// a replayed event come back; paging by both columns never repeats a page when many
-    /// rows share one time.
-    async fn dead_lettered_since(
-        &self,
-        after: &(DateTime<Utc>, String),
-        limit: i64,
-    ) -> Result<Vec<(String, String, DateTime<Utc>)>>;
     async fn close(&self);
 
     /// `dlq capture`: inserts the rows in one transaction, skipping each redelivered one
@@ -234,10 +204,6 @@ pub trait Store: Send + Sync {
 
     // Triage (the contract's "Triage beyond replay").
 
-    /// The identity `dlq migrate` stored once for this database (table `dlq_meta`).
-    async fn database_id(&self) -> Result<String>;
-    /// How many rows match the filter.
-    async fn count(&self, filter: &Filter) -> Result<i64>;
     /// Sets aside `pending` rows (they become `discarded`, with `note`) and appends the
     /// entry of `history` of each row discarded, in one transaction. Returns the IDs
     /// discarded.
@@ -260,14 +226,6 @@ pub trait Store: Send + Sync {
         after: Option<&str>,
         window: i64,
     ) -> Result<(Option<String>, u64)>;
-    /// Streams the rows that match, oldest first, each whole with its raw columns and its
-    /// history, to `sink`, in constant memory. The claim owner is its operator part only.
-    /// Returns the number of rows.
-    async fn export(
-        &self,
-        filter: &Filter,
-        sink: &mut (dyn FnMut(NewDeadLetter) -> Result<()> + Send),
-    ) -> Result<u64>;
 }
 
 /// A history entry as both stores' export queries render it (JSON, times in ms).
@@ -416,54 +374,6 @@ pub(crate) fn is_row_error(e: &sqlx::Error, sqlite: bool) -> bool {
     }
 }
 
-/// Appends the filter's WHERE conditions to a query builder. `$now` is the dialect's SQL
-/// for the database clock, `$ts` converts a time to the dialect's bind type.
-macro_rules! push_filter {
-    ($qb:expr, $f:expr, $now:expr, $ts:expr) => {{
-        let f: &$crate::model::Filter = $f;
-        $qb.push(" WHERE 1=1");
-        for (col, val) in [
-            ("reason", &f.reason),
-            ("eff_producer", &f.producer),
-            ("eff_schema_version", &f.schema_version),
-            ("source_queue", &f.source_queue),
-            ("eff_event_id", &f.event_id),
-        ] {
-            match val.as_deref() {
-                None => {}
-                Some($crate::model::UNKNOWN) if col != "reason" => {
-                    $qb.push(format!(" AND {col} IS NULL"));
-                }
-                Some(v) => {
-                    $qb.push(format!(" AND {col} = "));
-                    $qb.push_bind(v.to_string());
-                }
-            }
-        }
-        if let Some(t) = f.since {
-            $qb.push(" AND dead_lettered_at >= ");
-            $qb.push_bind($ts(t));
-        }
-        if let Some(t) = f.until {
-            $qb.push(" AND dead_lettered_at < ");
-            $qb.push_bind($ts(t));
-        }
-        if let Some(t) = f.settled_before {
-            $qb.push(" AND COALESCE(replayed_at, discarded_at) < ");
-            $qb.push_bind($ts(t));
-        }
-        if !f.states.is_empty() {
-            let any: Vec<String> = f
-                .states
-                .iter()
-                .map(|st| $crate::store::state_predicate(*st, $now))
-                .collect();
-            $qb.push(format!(" AND (({}))", any.join(") OR (")));
-        }
-    }};
-}
-pub(crate) use push_filter;
-
 /// The SQL condition of one state, `now` being the dialect's clock. The five are
 /// disjoint and cover every row; [`state_case`] is the same rule as one expression. A
 /// live lease is `claimed` whether or not its publish has started (a replay in
@@ -490,46 +400,7 @@ pub(crate) fn state_case(now: &str) -> String {
     )
 }
 
-/// The SELECT list of a [`Summary`], shared by both backends (`$now` as above). The
-/// claim owner is read whole; the decoders keep only its operator part.
-pub(crate) fn summary_columns(now: &str) -> String {
-    format!(
-        "id, reason, attempts, replayed_at, replay_claim_owner, replay_claim_expires_at, \
-         last_replay_error, eff_event_id, error, eff_producer, eff_schema_version, source_queue, \
-         exchange, routing_key, dead_lettered_at, replay_attempt_at, discarded_at, discard_note, \
-         {} AS state",
-        state_case(now)
-    )
-}
-
-/// The aggregate columns counting each state, in [`State::ALL`] order.
-pub(crate) fn state_counts(now: &str, count_if: impl Fn(&str) -> String) -> String {
-    State::ALL
-        .iter()
-        .map(|st| count_if(&state_predicate(*st, now)))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-/// The state name a row was read with.
-pub(crate) fn decode_state(s: &str) -> std::result::Result<State, sqlx::Error> {
-    State::parse(s).ok_or_else(|| sqlx::Error::Decode(format!("unknown state {s:?}").into()))
-}
-
 /// Transient database errors: worth retrying a protocol write that must not be lost.
 pub fn is_transient(e: &DlqError) -> bool {
     matches!(e, DlqError::Busy(_) | DlqError::Unavailable { .. })
-}
-
-/// The SQL expression of an aggregate dimension; `bucket` renders hour/day buckets.
-pub(crate) fn dimension_expr(d: Dimension, bucket: impl Fn(&str) -> String) -> String {
-    match d {
-        Dimension::Reason => "reason".into(),
-        Dimension::Producer => "eff_producer".into(),
-        Dimension::SchemaVersion => "eff_schema_version".into(),
-        Dimension::SourceQueue => "source_queue".into(),
-        Dimension::ErrorClass => "eff_error_class".into(),
-        Dimension::Hour => bucket("hour"),
-        Dimension::Day => bucket("day"),
-    }
 }

@@ -1,21 +1,19 @@
 //! PostgreSQL: all of its SQL. Times are `timestamptz`; the clock is `now()`.
 
+use super::read::{push_where, whole_row, whole_row_columns, Backend, Bind, Dialect, Doc};
 use super::{
-    check_prune_filter, db_error, decode_state, dimension_expr, is_row_error, migration_error,
-    newly_applied, push_filter, state_counts, state_predicate, summary_columns, CaptureOutcome,
-    CapturedLetter, ImportReport, NewDeadLetter, PlanCandidate, Store, StoreOptions,
+    check_prune_filter, db_error, is_row_error, migration_error, newly_applied, state_predicate,
+    CaptureOutcome, CapturedLetter, ImportReport, NewDeadLetter, Store, StoreOptions,
 };
 use crate::error::{DlqError, Result};
-use crate::model::{
-    sha256_hex, token_operator, token_ref, DeadLetter, Dimension, Filter, Group, GroupKey,
-    HistoryEntry, NewHistory, State, Summary,
-};
+use crate::model::{ContentMatch, DeadLetter, Filter, NewHistory, State};
 use crate::secret::SecretUrl;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use futures_util::TryStreamExt;
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions, PgRow};
-use sqlx::AssertSqlSafe;
+use futures_util::stream::BoxStream;
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions, PgRow};
+use sqlx::query::Query;
+use sqlx::{AssertSqlSafe, Postgres};
 use sqlx::{ConnectOptions, QueryBuilder, Row};
 use std::str::FromStr;
 use std::time::Duration;
@@ -30,60 +28,6 @@ pub struct PgStore {
 
 fn ms(d: Duration) -> String {
     format!("{}ms", d.as_millis().max(1))
-}
-
-/// The WHERE clause of a filter: the shared conditions, then the content filters. Every
-/// value is a bound parameter; `--header` and `--field` first look for their texts in
-/// the raw bytes (a cheap test that never rules out a match, see
-/// [`crate::model::ContentMatch::needles`]), and only then parse the JSON, and only where
-/// the columns derived at write time say it parses (no exception per row).
-fn push_where(qb: &mut QueryBuilder<sqlx::Postgres>, f: &Filter) {
-    push_filter!(qb, f, NOW, |t: DateTime<Utc>| t);
-    if let Some(g) = &f.grep {
-        qb.push(" AND position(");
-        qb.push_bind(g.as_bytes().to_vec());
-        qb.push("::bytea IN body) > 0");
-    }
-    if let Some(e) = &f.error_contains {
-        qb.push(" AND strpos(error, ");
-        qb.push_bind(e.clone());
-        qb.push(") > 0");
-    }
-    for m in &f.headers {
-        qb.push(" AND CASE WHEN headers_are_json");
-        for n in m.needles(false) {
-            qb.push(" AND (strpos(headers_json, ");
-            qb.push_bind(n);
-            qb.push(") > 0 OR strpos(headers_json, '\\') > 0)");
-        }
-        qb.push(" THEN dlq_json_match(headers_json, ");
-        qb.push_bind(vec![m.key.clone()]);
-        push_match_value(qb, m);
-    }
-    for m in &f.fields {
-        qb.push(" AND CASE WHEN body_is_json");
-        for n in m.needles(true) {
-            qb.push(" AND (position(");
-            qb.push_bind(n.into_bytes());
-            qb.push("::bytea IN body) > 0 OR position('\\x5c'::bytea IN body) > 0)");
-        }
-        qb.push(" THEN dlq_json_match(convert_from(body, 'UTF8'), ");
-        qb.push_bind(m.path().into_iter().map(str::to_string).collect::<Vec<_>>());
-        push_match_value(qb, m);
-    }
-}
-
-fn push_match_value(qb: &mut QueryBuilder<sqlx::Postgres>, m: &crate::model::ContentMatch) {
-    qb.push(", ");
-    qb.push_bind(m.value.clone());
-    qb.push(", ");
-    qb.push_bind(m.value_json().map(str::to_string));
-    qb.push(") ELSE false END");
-}
-
-/// A time as the export prints it: to the millisecond, the precision both stores keep.
-fn whole_ms(t: DateTime<Utc>) -> DateTime<Utc> {
-    DateTime::from_timestamp_millis(t.timestamp_millis()).unwrap_or(t)
 }
 
 impl PgStore {
@@ -140,52 +84,115 @@ async fn refused_probe(host: String, port: u16, socket: bool) -> Option<String> 
     std::future::pending().await
 }
 
-fn summary(row: &PgRow) -> std::result::Result<Summary, sqlx::Error> {
-    Ok(Summary {
-        id: row.try_get("id")?,
-        reason: row.try_get("reason")?,
-        attempts: row.try_get::<i32, _>("attempts")? as i64,
-        replayed_at: row.try_get("replayed_at")?,
-        replay_claim_owner: row
-            .try_get::<Option<&str>, _>("replay_claim_owner")?
-            .map(|t| token_operator(t).to_string()),
-        replay_claim_expires_at: row.try_get("replay_claim_expires_at")?,
-        last_replay_error: row.try_get("last_replay_error")?,
-        event_id: row.try_get("eff_event_id")?,
-        error: row.try_get("error")?,
-        producer: row.try_get("eff_producer")?,
-        schema_version: row.try_get("eff_schema_version")?,
-        source_queue: row.try_get("source_queue")?,
-        exchange: row.try_get("exchange")?,
-        routing_key: row.try_get("routing_key")?,
-        dead_lettered_at: row.try_get("dead_lettered_at")?,
-        replay_attempt_at: row.try_get("replay_attempt_at")?,
-        discarded_at: row.try_get("discarded_at")?,
-        discard_note: row.try_get("discard_note")?,
-        state: decode_state(row.try_get("state")?)?,
-    })
+impl Backend for PgStore {
+    type Db = Postgres;
+    fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+    fn db_err(&self, e: sqlx::Error) -> DlqError {
+        db_error(e)
+    }
 }
 
-/// The columns of a whole row, as [`whole_rows`] reads them (also a RETURNING list).
-fn whole_row_columns() -> String {
-    format!(
-        "{}, headers_json, body, now() AS db_now",
-        summary_columns(NOW)
-    )
-}
+/// The content filters parse JSON only where the columns derived at write time say it
+/// parses (PostgreSQL 15 has no `IS JSON`, and a failing cast would need an exception
+/// block per row): `dlq_json_match` does the rest.
+impl Dialect for Postgres {
+    const NOW: &'static str = NOW;
+    const ID_ORDER: &'static str = "id COLLATE \"C\"";
+    const HISTORY_JSON: &'static str = "(SELECT json_agg(json_build_object(\
+         'at', floor(extract(epoch FROM h.at) * 1000)::bigint, 'operator', h.operator, \
+         'action', h.action, 'outcome', h.outcome, 'detail', h.detail, 'token', h.token, \
+         'token_ref', h.token_ref, 'target', h.target, 'plan_id', h.plan_id) ORDER BY h.seq)::text \
+         FROM dead_letter_history h WHERE h.dead_letter_id = dead_letters.id)";
+    const UNBOUNDED: Option<&'static str> = Some("SET LOCAL statement_timeout = 0");
 
-fn whole_rows(rows: &[PgRow]) -> Result<Vec<DeadLetter>> {
-    rows.iter()
-        .map(|row| {
-            Ok(DeadLetter {
-                summary: summary(row)?,
-                headers_json: row.try_get("headers_json")?,
-                body: row.try_get("body")?,
-                db_now: row.try_get("db_now")?,
-            })
-        })
-        .collect::<Result<_, sqlx::Error>>()
-        .map_err(db_error)
+    fn bind(qb: &mut QueryBuilder<Self>, value: Bind) {
+        match value {
+            Bind::Text(v) => qb.push_bind(v),
+            Bind::Int(v) => qb.push_bind(v),
+            Bind::Bytes(v) => qb.push_bind(v),
+            Bind::Time(v) => qb.push_bind(v),
+        };
+    }
+
+    fn push_ids(qb: &mut QueryBuilder<Self>, ids: &[String]) {
+        qb.push("id = ANY(");
+        qb.push_bind(ids.to_vec());
+        qb.push(")");
+    }
+
+    fn bucket(unit: &str) -> String {
+        format!("date_trunc('{unit}', dead_lettered_at)")
+    }
+
+    fn push_contains(qb: &mut QueryBuilder<Self>, doc: Doc, needle: Bind) {
+        match doc {
+            Doc::Body => qb.push("position("),
+            Doc::Headers => qb.push("strpos(headers_json, "),
+            Doc::Error => qb.push("strpos(error, "),
+        };
+        Self::bind(qb, needle);
+        qb.push(if doc == Doc::Body {
+            "::bytea IN body) > 0"
+        } else {
+            ") > 0"
+        });
+    }
+
+    fn backslash_in(doc: Doc) -> &'static str {
+        match doc {
+            Doc::Body => "position('\\x5c'::bytea IN body) > 0",
+            _ => "strpos(headers_json, '\\') > 0",
+        }
+    }
+
+    fn json_guard(doc: Doc) -> (&'static str, &'static str) {
+        match doc {
+            Doc::Body => ("body_is_json", ""),
+            _ => ("headers_are_json", ""),
+        }
+    }
+
+    fn push_json_match(qb: &mut QueryBuilder<Self>, doc: Doc, path: &[&str], m: &ContentMatch) {
+        qb.push(match doc {
+            Doc::Body => "dlq_json_match(convert_from(body, 'UTF8'), ",
+            _ => "dlq_json_match(headers_json, ",
+        });
+        qb.push_bind(path.iter().map(|k| k.to_string()).collect::<Vec<_>>());
+        qb.push(", ");
+        qb.push_bind(m.value.clone());
+        qb.push(", ");
+        qb.push_bind(m.value_json().map(str::to_string));
+        qb.push(")");
+    }
+
+    fn text(
+        row: &PgRow,
+        col: &str,
+        _lossy: bool,
+    ) -> std::result::Result<Option<String>, sqlx::Error> {
+        row.try_get(col)
+    }
+
+    fn int(row: &PgRow, col: &str) -> std::result::Result<i64, sqlx::Error> {
+        row.try_get(col)
+    }
+
+    fn time(row: &PgRow, col: &str) -> std::result::Result<Option<DateTime<Utc>>, sqlx::Error> {
+        row.try_get(col)
+    }
+
+    fn bytes<'r>(row: &'r PgRow, col: &str) -> std::result::Result<&'r [u8], sqlx::Error> {
+        row.try_get(col)
+    }
+
+    fn fetch<'e>(
+        conn: &'e mut PgConnection,
+        query: Query<'e, Self, Self::Arguments>,
+    ) -> BoxStream<'e, std::result::Result<PgRow, sqlx::Error>> {
+        query.fetch(conn)
+    }
 }
 
 /// One INSERT of history entries bound as eight arrays from parameter `$first` on, however
@@ -286,171 +293,6 @@ impl Store for PgStore {
         Ok(newly_applied(&MIGRATOR, &applied))
     }
 
-    async fn check_schema(&self) -> Result<()> {
-        // One round trip: fails to parse unless both tables and the derived columns exist.
-        sqlx::query(
-            "SELECT d.eff_producer, h.seq FROM dead_letters d, dead_letter_history h WHERE false",
-        )
-        .execute(&self.pool)
-        .await
-        .map_err(db_error)?;
-        Ok(())
-    }
-
-    async fn now(&self) -> Result<DateTime<Utc>> {
-        sqlx::query_scalar("SELECT now()")
-            .fetch_one(&self.pool)
-            .await
-            .map_err(db_error)
-    }
-
-    async fn ids_starting_with(&self, prefix: &str, limit: i64) -> Result<Vec<String>> {
-        sqlx::query_scalar(
-            "SELECT id FROM dead_letters WHERE starts_with(id, $1) \
-             AND replayed_at IS NULL AND discarded_at IS NULL \
-             ORDER BY dead_lettered_at DESC LIMIT $2",
-        )
-        .bind(prefix)
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(db_error)
-    }
-
-    async fn list(&self, filter: &Filter, limit: i64) -> Result<(Vec<Summary>, i64)> {
-        let mut qb =
-            QueryBuilder::new(format!("SELECT {} FROM dead_letters", summary_columns(NOW)));
-        push_where(&mut qb, filter);
-        qb.push(" ORDER BY dead_lettered_at DESC, id LIMIT ");
-        qb.push_bind(limit);
-        let rows = qb.build().fetch_all(&self.pool).await.map_err(db_error)?;
-        let items = rows
-            .iter()
-            .map(summary)
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(db_error)?;
-        let total = if (items.len() as i64) < limit {
-            items.len() as i64
-        } else {
-            let mut qb = QueryBuilder::new("SELECT count(*) FROM dead_letters");
-            push_where(&mut qb, filter);
-            qb.build_query_scalar::<i64>()
-                .fetch_one(&self.pool)
-                .await
-                .map_err(db_error)?
-        };
-        Ok((items, total))
-    }
-
-    async fn aggregate(&self, dims: &[Dimension], filter: &Filter) -> Result<Vec<Group>> {
-        let exprs: Vec<String> = dims
-            .iter()
-            .map(|d| dimension_expr(*d, |unit| format!("date_trunc('{unit}', dead_lettered_at)")))
-            .collect();
-        let n = dims.len();
-        let mut qb = QueryBuilder::new(format!(
-            "SELECT {}, count(*), \
-             {}, min(dead_lettered_at), max(dead_lettered_at) FROM dead_letters",
-            exprs.join(", "),
-            state_counts(NOW, |p| format!("count(*) FILTER (WHERE {p})"))
-        ));
-        push_where(&mut qb, filter);
-        let positions: Vec<String> = (1..=n).map(|i| i.to_string()).collect();
-        qb.push(format!(
-            " GROUP BY {} ORDER BY {} DESC, {}",
-            positions.join(", "),
-            n + 1,
-            positions.join(", ")
-        ));
-        let rows = qb.build().fetch_all(&self.pool).await.map_err(db_error)?;
-        rows.iter()
-            .map(|row| {
-                let keys = dims
-                    .iter()
-                    .enumerate()
-                    .map(|(i, d)| {
-                        Ok((
-                            *d,
-                            if d.is_time() {
-                                GroupKey::Time(row.try_get(i)?)
-                            } else {
-                                GroupKey::Text(row.try_get(i)?)
-                            },
-                        ))
-                    })
-                    .collect::<Result<Vec<_>, sqlx::Error>>()?;
-                Ok(Group {
-                    keys,
-                    count: row.try_get(n)?,
-                    pending: row.try_get(n + 1)?,
-                    claimed: row.try_get(n + 2)?,
-                    uncertain: row.try_get(n + 3)?,
-                    replayed: row.try_get(n + 4)?,
-                    discarded: row.try_get(n + 5)?,
-                    first_seen: row.try_get(n + 6)?,
-                    last_seen: row.try_get(n + 7)?,
-                })
-            })
-            .collect::<Result<Vec<_>, sqlx::Error>>()
-            .map_err(db_error)
-    }
-
-    async fn load(&self, ids: &[String]) -> Result<Vec<DeadLetter>> {
-        let rows = sqlx::query(AssertSqlSafe(format!(
-            "SELECT {} FROM dead_letters WHERE id = ANY($1)",
-            whole_row_columns()
-        )))
-        .bind(ids)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(db_error)?;
-        whole_rows(&rows)
-    }
-
-    async fn summaries(&self, ids: &[String]) -> Result<Vec<Summary>> {
-        let rows = sqlx::query(AssertSqlSafe(format!(
-            "SELECT {} FROM dead_letters WHERE id = ANY($1)",
-            summary_columns(NOW)
-        )))
-        .bind(ids)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(db_error)?;
-        rows.iter()
-            .map(summary)
-            .collect::<Result<_, _>>()
-            .map_err(db_error)
-    }
-
-    async fn history(&self, id: &str) -> Result<Vec<HistoryEntry>> {
-        let rows = sqlx::query(
-            "SELECT at, operator, action, outcome, detail, target, plan_id, token, token_ref \
-             FROM dead_letter_history WHERE dead_letter_id = $1 ORDER BY seq",
-        )
-        .bind(id)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(db_error)?;
-        rows.iter()
-            .map(|r| {
-                Ok(HistoryEntry {
-                    at: r.try_get("at")?,
-                    operator: r.try_get("operator")?,
-                    action: r.try_get("action")?,
-                    outcome: r.try_get("outcome")?,
-                    detail: r.try_get("detail")?,
-                    token_ref: match r.try_get::<Option<&str>, _>("token")? {
-                        Some(t) => Some(token_ref(t)),
-                        None => r.try_get("token_ref")?,
-                    },
-                    target: r.try_get("target")?,
-                    plan_id: r.try_get("plan_id")?,
-                })
-            })
-            .collect::<Result<_, sqlx::Error>>()
-            .map_err(db_error)
-    }
-
     async fn import(&self, rows: Vec<NewDeadLetter>, skip_existing: bool) -> Result<ImportReport> {
         let mut tx = self.pool.begin().await.map_err(db_error)?;
         let mut report = ImportReport::default();
@@ -526,29 +368,6 @@ impl Store for PgStore {
         Ok(report)
     }
 
-    async fn plan_candidates(&self, filter: &Filter, limit: i64) -> Result<Vec<PlanCandidate>> {
-        let mut qb = QueryBuilder::new(
-            "SELECT id, reason, eff_producer, eff_schema_version, body FROM dead_letters",
-        );
-        push_where(&mut qb, filter);
-        qb.push(" ORDER BY dead_lettered_at, id LIMIT ");
-        qb.push_bind(limit);
-        let q = qb.build();
-        let mut stream = q.fetch(&self.pool);
-        let mut out = Vec::new();
-        while let Some(row) = stream.try_next().await.map_err(db_error)? {
-            let body: &[u8] = row.try_get(4).map_err(db_error)?;
-            out.push(PlanCandidate {
-                id: row.try_get(0).map_err(db_error)?,
-                reason: row.try_get(1).map_err(db_error)?,
-                producer: row.try_get(2).map_err(db_error)?,
-                schema_version: row.try_get(3).map_err(db_error)?,
-                sha256: sha256_hex(body),
-            });
-        }
-        Ok(out)
-    }
-
     async fn claim(
         &self,
         ids: &[String],
@@ -565,7 +384,7 @@ impl Store for PgStore {
              h AS ({}) \
              SELECT * FROM c",
             state_predicate(State::Pending, NOW),
-            whole_row_columns(),
+            whole_row_columns::<Postgres>(),
             insert_history(4, Some("c"))
         );
         let query = sqlx::query(AssertSqlSafe(sql.as_str()))
@@ -576,22 +395,10 @@ impl Store for PgStore {
             .fetch_all(&self.pool)
             .await
             .map_err(db_error)?;
-        whole_rows(&rows)
-    }
-
-    async fn held(&self, ids: &[String], token: &str) -> Result<Vec<DeadLetter>> {
-        let rows = sqlx::query(AssertSqlSafe(format!(
-            "SELECT {} FROM dead_letters WHERE id = ANY($1) AND replay_claim_owner = $2 \
-             AND replay_attempt_at IS NULL AND {}",
-            whole_row_columns(),
-            state_predicate(State::Claimed, NOW)
-        )))
-        .bind(ids)
-        .bind(token)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(db_error)?;
-        whole_rows(&rows)
+        rows.iter()
+            .map(whole_row::<Postgres>)
+            .collect::<std::result::Result<_, _>>()
+            .map_err(db_error)
     }
 
     async fn attempt(
@@ -724,24 +531,6 @@ impl Store for PgStore {
         Ok(())
     }
 
-    async fn dead_lettered_since(
-        &self,
-        after: &(DateTime<Utc>, String),
-        limit: i64,
-    ) -> Result<Vec<(String, String, DateTime<Utc>)>> {
-        sqlx::query_as(
-            "SELECT id, eff_event_id, dead_lettered_at FROM dead_letters \
-             WHERE (dead_lettered_at, id) > ($1, $2) AND eff_event_id IS NOT NULL \
-             ORDER BY dead_lettered_at, id LIMIT $3",
-        )
-        .bind(after.0)
-        .bind(&after.1)
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(db_error)
-    }
-
     async fn close(&self) {
         self.pool.close().await;
     }
@@ -829,23 +618,6 @@ impl Store for PgStore {
         }
     }
 
-    async fn database_id(&self) -> Result<String> {
-        sqlx::query_scalar::<_, String>("SELECT value FROM dlq_meta WHERE key = 'database_id'")
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(db_error)?
-            .ok_or_else(|| DlqError::SchemaMissing("no database_id in dlq_meta".into()))
-    }
-
-    async fn count(&self, filter: &Filter) -> Result<i64> {
-        let mut qb = QueryBuilder::new("SELECT count(*) FROM dead_letters");
-        push_where(&mut qb, filter);
-        qb.build_query_scalar::<i64>()
-            .fetch_one(&self.pool)
-            .await
-            .map_err(db_error)
-    }
-
     async fn discard(
         &self,
         ids: &[String],
@@ -912,80 +684,6 @@ impl Store for PgStore {
             .await
             .map_err(db_error)?;
         Ok((last, deleted as u64))
-    }
-
-    async fn export(
-        &self,
-        filter: &Filter,
-        sink: &mut (dyn FnMut(NewDeadLetter) -> Result<()> + Send),
-    ) -> Result<u64> {
-        // One statement streams every row; it is not bound by --statement-timeout, which
-        // is meant for statements that hold locks (this one takes none that writers wait on).
-        let mut tx = self.pool.begin().await.map_err(db_error)?;
-        sqlx::query("SET LOCAL statement_timeout = 0")
-            .execute(&mut *tx)
-            .await
-            .map_err(db_error)?;
-        let mut qb = QueryBuilder::new(
-            "SELECT id, body, reason, attempts, headers_json, replayed_at, replay_claim_owner, \
-             replay_claim_expires_at, last_replay_error, event_id, error, producer, \
-             schema_version, source_queue, exchange, routing_key, dead_lettered_at, \
-             replay_attempt_at, discarded_at, discard_note, \
-             (SELECT json_agg(json_build_object('at', floor(extract(epoch FROM h.at) * 1000)::bigint, \
-                 'operator', h.operator, 'action', h.action, 'outcome', h.outcome, \
-                 'detail', h.detail, 'token', h.token, 'token_ref', h.token_ref, \
-                 'target', h.target, 'plan_id', h.plan_id) ORDER BY h.seq)::text \
-              FROM dead_letter_history h WHERE h.dead_letter_id = dead_letters.id) AS history \
-             FROM dead_letters",
-        );
-        push_where(&mut qb, filter);
-        qb.push(" ORDER BY dead_lettered_at, id COLLATE \"C\"");
-        let mut n = 0u64;
-        {
-            let mut rows = qb.build().fetch(&mut *tx);
-            while let Some(row) = rows.try_next().await.map_err(db_error)? {
-                let t = |c: &str| -> std::result::Result<Option<DateTime<Utc>>, sqlx::Error> {
-                    Ok(row.try_get::<Option<DateTime<Utc>>, _>(c)?.map(whole_ms))
-                };
-                let r = (|| -> std::result::Result<NewDeadLetter, sqlx::Error> {
-                    Ok(NewDeadLetter {
-                        line: 0,
-                        id: row.try_get("id")?,
-                        body: row.try_get("body")?,
-                        reason: row.try_get("reason")?,
-                        attempts: row.try_get::<i32, _>("attempts")? as i64,
-                        headers_json: row.try_get("headers_json")?,
-                        replayed_at: t("replayed_at")?,
-                        replay_claim_owner: row
-                            .try_get::<Option<&str>, _>("replay_claim_owner")?
-                            .map(|o| token_operator(o).to_string()),
-                        replay_claim_expires_at: t("replay_claim_expires_at")?,
-                        last_replay_error: row.try_get("last_replay_error")?,
-                        event_id: row.try_get("event_id")?,
-                        error: row.try_get("error")?,
-                        producer: row.try_get("producer")?,
-                        schema_version: row.try_get("schema_version")?,
-                        source_queue: row.try_get("source_queue")?,
-                        exchange: row.try_get("exchange")?,
-                        routing_key: row.try_get("routing_key")?,
-                        dead_lettered_at: t("dead_lettered_at")?,
-                        replay_attempt_at: t("replay_attempt_at")?,
-                        discarded_at: t("discarded_at")?,
-                        discard_note: row.try_get("discard_note")?,
-                        history: None,
-                    })
-                })()
-                .map_err(db_error)?;
-                let history: Option<&str> = row.try_get("history").map_err(db_error)?;
-                sink(NewDeadLetter {
-                    history: Some(super::parse_history_json(history)?),
-                    ..r
-                })?;
-                n += 1;
-            }
-        }
-        tx.rollback().await.map_err(db_error)?;
-        Ok(n)
     }
 }
 

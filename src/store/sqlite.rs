@@ -4,25 +4,23 @@
 //! mark is one UPDATE plus its history), so two processes never deadlock on a lock upgrade.
 //! ID sets are bound as one JSON array (`json_each`), so a batch needs one parameter.
 
+use super::read::{push_where, whole_row, whole_row_columns, Backend, Bind, Dialect, Doc};
 use super::{
-    check_prune_filter, db_error, decode_state, dimension_expr, is_row_error, migration_error,
-    newly_applied, push_filter, state_counts, state_predicate, summary_columns, CaptureOutcome,
-    CapturedLetter, ImportReport, NewDeadLetter, PlanCandidate, Store, StoreOptions,
+    check_prune_filter, db_error, is_row_error, migration_error, newly_applied, state_predicate,
+    CaptureOutcome, CapturedLetter, ImportReport, NewDeadLetter, Store, StoreOptions,
 };
 use crate::error::{DlqError, Result};
-use crate::model::{
-    sha256_hex, token_operator, token_ref, ContentMatch, DeadLetter, Dimension, Filter, Group,
-    GroupKey, HistoryEntry, NewHistory, State, Summary,
-};
+use crate::model::{ContentMatch, DeadLetter, Filter, NewHistory, State};
 use crate::secret::SecretUrl;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use futures_util::TryStreamExt;
+use futures_util::stream::BoxStream;
+use sqlx::query::Query;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
     SqliteRow, SqliteSynchronous,
 };
-use sqlx::AssertSqlSafe;
+use sqlx::{AssertSqlSafe, Sqlite};
 use sqlx::{ConnectOptions, QueryBuilder, Row};
 use std::collections::HashSet;
 use std::str::FromStr;
@@ -51,143 +49,6 @@ fn ids_json(ids: &[String]) -> String {
 }
 
 const IN_IDS: &str = "id IN (SELECT value FROM json_each(?1))";
-
-/// The WHERE clause of a filter: the shared conditions, then the content filters. Every
-/// value is a bound parameter; `--header` and `--field` first look for their texts in
-/// the raw bytes (a cheap test that never rules out a match, see
-/// [`ContentMatch::needles`]), then check the JSON with `json_valid` (which never raises)
-/// before reading it.
-fn push_where(qb: &mut QueryBuilder<sqlx::Sqlite>, f: &Filter) {
-    push_filter!(qb, f, NOW_MS, to_ms);
-    if let Some(g) = &f.grep {
-        qb.push(" AND instr(body, ");
-        qb.push_bind(g.as_bytes().to_vec());
-        qb.push(") > 0");
-    }
-    if let Some(e) = &f.error_contains {
-        qb.push(" AND instr(error, ");
-        qb.push_bind(e.clone());
-        qb.push(") > 0");
-    }
-    // The byte tests come first: SQLite evaluates AND from the left and stops early.
-    for m in &f.headers {
-        qb.push(" AND CASE WHEN 1");
-        for n in m.needles(false) {
-            qb.push(" AND (instr(headers_json, ");
-            qb.push_bind(n);
-            qb.push(") > 0 OR instr(headers_json, '\\') > 0)");
-        }
-        qb.push(" AND json_valid(headers_json) THEN");
-        push_json_match(qb, "headers_json", &[m.key.as_str()], m);
-        qb.push(" ELSE 0 END");
-    }
-    for m in &f.fields {
-        qb.push(" AND CASE WHEN 1");
-        for n in m.needles(true) {
-            qb.push(" AND (instr(body, ");
-            qb.push_bind(n.into_bytes());
-            qb.push(") > 0 OR instr(body, X'5c') > 0)");
-        }
-        qb.push(
-            " AND json_valid(CAST(body AS TEXT)) \
-             AND json_type(CAST(body AS TEXT)) = 'object' THEN",
-        );
-        push_json_match(qb, "CAST(body AS TEXT)", &m.path(), m);
-        qb.push(" ELSE 0 END");
-    }
-}
-
-/// The comparison of the value at `path` in the JSON object `doc` (see
-/// [`ContentMatch`]): a string as its value, an array or object as JSON, anything else
-/// as its JSON text as written (`->` keeps a number's text).
-fn push_json_match(
-    qb: &mut QueryBuilder<sqlx::Sqlite>,
-    doc: &str,
-    path: &[&str],
-    m: &ContentMatch,
-) {
-    let path: String = std::iter::once("$".to_string())
-        .chain(path.iter().map(|k| format!(".\"{k}\"")))
-        .collect();
-    qb.push(format!(" CASE json_type({doc}, "));
-    qb.push_bind(path.clone());
-    qb.push(format!(") WHEN 'text' THEN json_extract({doc}, "));
-    qb.push_bind(path.clone());
-    qb.push(") = ");
-    qb.push_bind(m.value.clone());
-    for kind in ["array", "object"] {
-        qb.push(format!(" WHEN '{kind}' THEN json({doc} -> "));
-        qb.push_bind(path.clone());
-        qb.push(") = json(");
-        qb.push_bind(m.value_json().map(str::to_string));
-        qb.push(")");
-    }
-    qb.push(format!(" ELSE ({doc} -> "));
-    qb.push_bind(path);
-    qb.push(") = ");
-    qb.push_bind(m.value.clone());
-    qb.push(" END");
-}
-
-fn opt_time(row: &SqliteRow, col: &str) -> std::result::Result<Option<DateTime<Utc>>, sqlx::Error> {
-    Ok(row.try_get::<Option<i64>, _>(col)?.map(from_ms))
-}
-
-/// A text column as a worker wrote it. SQLite does not check that TEXT is UTF-8, and one
-/// invalid byte must not make a whole listing fail: invalid bytes become U+FFFD (PostgreSQL
-/// refuses them on insert).
-fn text<T, I>(row: &SqliteRow, col: I) -> std::result::Result<T, sqlx::Error>
-where
-    T: LossyText,
-    I: sqlx::ColumnIndex<SqliteRow> + std::fmt::Debug + Copy,
-{
-    T::from_bytes(row.try_get::<Option<&[u8]>, _>(col)?, &format!("{col:?}"))
-}
-
-trait LossyText: Sized {
-    fn from_bytes(b: Option<&[u8]>, col: &str) -> std::result::Result<Self, sqlx::Error>;
-}
-
-impl LossyText for Option<String> {
-    fn from_bytes(b: Option<&[u8]>, _: &str) -> std::result::Result<Self, sqlx::Error> {
-        Ok(b.map(|b| String::from_utf8_lossy(b).into_owned()))
-    }
-}
-
-impl LossyText for String {
-    fn from_bytes(b: Option<&[u8]>, col: &str) -> std::result::Result<Self, sqlx::Error> {
-        b.map(|b| String::from_utf8_lossy(b).into_owned())
-            .ok_or_else(|| sqlx::Error::ColumnDecode {
-                index: col.to_string(),
-                source: "unexpected NULL".into(),
-            })
-    }
-}
-
-fn summary(row: &SqliteRow) -> std::result::Result<Summary, sqlx::Error> {
-    Ok(Summary {
-        id: text(row, "id")?,
-        reason: text(row, "reason")?,
-        attempts: row.try_get("attempts")?,
-        replayed_at: opt_time(row, "replayed_at")?,
-        replay_claim_owner: text::<Option<String>, _>(row, "replay_claim_owner")?
-            .map(|t| token_operator(&t).to_string()),
-        replay_claim_expires_at: opt_time(row, "replay_claim_expires_at")?,
-        last_replay_error: text(row, "last_replay_error")?,
-        event_id: text(row, "eff_event_id")?,
-        error: text(row, "error")?,
-        producer: text(row, "eff_producer")?,
-        schema_version: text(row, "eff_schema_version")?,
-        source_queue: text(row, "source_queue")?,
-        exchange: text(row, "exchange")?,
-        routing_key: text(row, "routing_key")?,
-        dead_lettered_at: from_ms(row.try_get("dead_lettered_at")?),
-        replay_attempt_at: opt_time(row, "replay_attempt_at")?,
-        discarded_at: opt_time(row, "discarded_at")?,
-        discard_note: text(row, "discard_note")?,
-        state: decode_state(row.try_get("state")?)?,
-    })
-}
 
 impl SqliteStore {
     async fn applied_versions(&self) -> Vec<i64> {
@@ -277,25 +138,143 @@ impl SqliteStore {
     }
 }
 
-/// The columns of a whole row, as [`whole_rows`] reads them (also a RETURNING list).
-fn whole_row_columns() -> String {
-    format!(
-        "{}, headers_json, body, {NOW_MS} AS db_now",
-        summary_columns(NOW_MS)
-    )
+impl Backend for SqliteStore {
+    type Db = Sqlite;
+    fn pool(&self) -> &SqlitePool {
+        &self.pool
+    }
+    fn db_err(&self, e: sqlx::Error) -> DlqError {
+        self.err()(e)
+    }
 }
 
-fn whole_rows(rows: &[SqliteRow]) -> std::result::Result<Vec<DeadLetter>, sqlx::Error> {
-    rows.iter()
-        .map(|row| {
-            Ok(DeadLetter {
-                summary: summary(row)?,
-                headers_json: text(row, "headers_json")?,
-                body: row.try_get("body")?,
-                db_now: from_ms(row.try_get("db_now")?),
-            })
-        })
-        .collect()
+/// The content filters check the JSON with `json_valid` (which never raises) before
+/// reading it.
+impl Dialect for Sqlite {
+    const NOW: &'static str = NOW_MS;
+    const ID_ORDER: &'static str = "id";
+    const HISTORY_JSON: &'static str = "(SELECT json_group_array(json_object('at', h.at, \
+         'operator', h.operator, 'action', h.action, 'outcome', h.outcome, 'detail', h.detail, \
+         'token', h.token, 'token_ref', h.token_ref, 'target', h.target, 'plan_id', h.plan_id)) \
+         FROM (SELECT * FROM dead_letter_history \
+               WHERE dead_letter_id = dead_letters.id ORDER BY seq) h)";
+    // In WAL mode one statement never blocks a writer: no transaction needed.
+    const UNBOUNDED: Option<&'static str> = None;
+
+    fn bind(qb: &mut QueryBuilder<Self>, value: Bind) {
+        match value {
+            Bind::Text(v) => qb.push_bind(v),
+            Bind::Int(v) => qb.push_bind(v),
+            Bind::Bytes(v) => qb.push_bind(v),
+            Bind::Time(v) => qb.push_bind(to_ms(v)),
+        };
+    }
+
+    fn push_ids(qb: &mut QueryBuilder<Self>, ids: &[String]) {
+        qb.push("id IN (SELECT value FROM json_each(");
+        qb.push_bind(ids_json(ids));
+        qb.push("))");
+    }
+
+    fn bucket(unit: &str) -> String {
+        let size = if unit == "hour" {
+            3_600_000
+        } else {
+            86_400_000
+        };
+        format!("(dead_lettered_at / {size}) * {size}")
+    }
+
+    fn push_contains(qb: &mut QueryBuilder<Self>, doc: Doc, needle: Bind) {
+        qb.push(match doc {
+            Doc::Body => "instr(body, ",
+            Doc::Headers => "instr(headers_json, ",
+            Doc::Error => "instr(error, ",
+        });
+        Self::bind(qb, needle);
+        qb.push(") > 0");
+    }
+
+    fn backslash_in(doc: Doc) -> &'static str {
+        match doc {
+            Doc::Body => "instr(body, X'5c') > 0",
+            _ => "instr(headers_json, '\\') > 0",
+        }
+    }
+
+    fn json_guard(doc: Doc) -> (&'static str, &'static str) {
+        match doc {
+            Doc::Body => (
+                "1",
+                " AND json_valid(CAST(body AS TEXT)) AND json_type(CAST(body AS TEXT)) = 'object'",
+            ),
+            _ => ("1", " AND json_valid(headers_json)"),
+        }
+    }
+
+    /// A string as its value, an array or object as JSON, anything else as its JSON text
+    /// as written (`->` keeps a number's text).
+    fn push_json_match(qb: &mut QueryBuilder<Self>, doc: Doc, path: &[&str], m: &ContentMatch) {
+        let doc = if doc == Doc::Body {
+            "CAST(body AS TEXT)"
+        } else {
+            "headers_json"
+        };
+        let path: String = std::iter::once("$".to_string())
+            .chain(path.iter().map(|k| format!(".\"{k}\"")))
+            .collect();
+        qb.push(format!("CASE json_type({doc}, "));
+        qb.push_bind(path.clone());
+        qb.push(format!(") WHEN 'text' THEN json_extract({doc}, "));
+        qb.push_bind(path.clone());
+        qb.push(") = ");
+        qb.push_bind(m.value.clone());
+        for kind in ["array", "object"] {
+            qb.push(format!(" WHEN '{kind}' THEN json({doc} -> "));
+            qb.push_bind(path.clone());
+            qb.push(") = json(");
+            qb.push_bind(m.value_json().map(str::to_string));
+            qb.push(")");
+        }
+        qb.push(format!(" ELSE ({doc} -> "));
+        qb.push_bind(path);
+        qb.push(") = ");
+        qb.push_bind(m.value.clone());
+        qb.push(" END");
+    }
+
+    /// SQLite does not check that TEXT is UTF-8: `lossy` turns invalid bytes into U+FFFD.
+    fn text(
+        row: &SqliteRow,
+        col: &str,
+        lossy: bool,
+    ) -> std::result::Result<Option<String>, sqlx::Error> {
+        if !lossy {
+            return row.try_get(col);
+        }
+        Ok(row
+            .try_get::<Option<&[u8]>, _>(col)?
+            .map(|b| String::from_utf8_lossy(b).into_owned()))
+    }
+
+    fn int(row: &SqliteRow, col: &str) -> std::result::Result<i64, sqlx::Error> {
+        row.try_get(col)
+    }
+
+    fn time(row: &SqliteRow, col: &str) -> std::result::Result<Option<DateTime<Utc>>, sqlx::Error> {
+        Ok(row.try_get::<Option<i64>, _>(col)?.map(from_ms))
+    }
+
+    fn bytes<'r>(row: &'r SqliteRow, col: &str) -> std::result::Result<&'r [u8], sqlx::Error> {
+        row.try_get(col)
+    }
+
+    fn fetch<'e>(
+        conn: &'e mut SqliteConnection,
+        query: Query<'e, Self, Self::Arguments>,
+    ) -> BoxStream<'e, std::result::Result<SqliteRow, sqlx::Error>> {
+        query.fetch(conn)
+    }
 }
 
 /// The entries whose dead letter is in `ids`: those of the rows a step changed.
@@ -382,185 +361,6 @@ impl Store for SqliteStore {
         }
     }
 
-    async fn check_schema(&self) -> Result<()> {
-        // One round trip: fails to parse unless both tables and the derived columns exist.
-        sqlx::query(
-            "SELECT d.eff_producer, h.seq FROM dead_letters d, dead_letter_history h WHERE false",
-        )
-        .execute(&self.pool)
-        .await
-        .map_err(self.err())?;
-        Ok(())
-    }
-
-    async fn now(&self) -> Result<DateTime<Utc>> {
-        let ms: i64 = sqlx::query_scalar(AssertSqlSafe(format!("SELECT {NOW_MS}")))
-            .fetch_one(&self.pool)
-            .await
-            .map_err(self.err())?;
-        Ok(from_ms(ms))
-    }
-
-    async fn ids_starting_with(&self, prefix: &str, limit: i64) -> Result<Vec<String>> {
-        sqlx::query_scalar(
-            "SELECT id FROM dead_letters WHERE substr(id, 1, length(?1)) = ?1 \
-             AND replayed_at IS NULL AND discarded_at IS NULL \
-             ORDER BY dead_lettered_at DESC LIMIT ?2",
-        )
-        .bind(prefix)
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(self.err())
-    }
-
-    async fn list(&self, filter: &Filter, limit: i64) -> Result<(Vec<Summary>, i64)> {
-        let mut qb = QueryBuilder::new(format!(
-            "SELECT {} FROM dead_letters",
-            summary_columns(NOW_MS)
-        ));
-        push_where(&mut qb, filter);
-        qb.push(" ORDER BY dead_lettered_at DESC, id LIMIT ");
-        qb.push_bind(limit);
-        let rows = qb.build().fetch_all(&self.pool).await.map_err(self.err())?;
-        let items = rows
-            .iter()
-            .map(summary)
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(self.err())?;
-        let total = if (items.len() as i64) < limit {
-            items.len() as i64
-        } else {
-            let mut qb = QueryBuilder::new("SELECT count(*) FROM dead_letters");
-            push_where(&mut qb, filter);
-            qb.build_query_scalar::<i64>()
-                .fetch_one(&self.pool)
-                .await
-                .map_err(self.err())?
-        };
-        Ok((items, total))
-    }
-
-    async fn aggregate(&self, dims: &[Dimension], filter: &Filter) -> Result<Vec<Group>> {
-        let exprs: Vec<String> = dims
-            .iter()
-            .map(|d| {
-                dimension_expr(*d, |unit| {
-                    let size = if unit == "hour" {
-                        3_600_000
-                    } else {
-                        86_400_000
-                    };
-                    format!("(dead_lettered_at / {size}) * {size}")
-                })
-            })
-            .collect();
-        let n = dims.len();
-        let mut qb = QueryBuilder::new(format!(
-            "SELECT {}, count(*), \
-             {}, min(dead_lettered_at), max(dead_lettered_at) FROM dead_letters",
-            exprs.join(", "),
-            state_counts(NOW_MS, |p| format!(
-                "total(CASE WHEN {p} THEN 1 ELSE 0 END)"
-            ))
-        ));
-        push_where(&mut qb, filter);
-        let positions: Vec<String> = (1..=n).map(|i| i.to_string()).collect();
-        qb.push(format!(
-            " GROUP BY {} ORDER BY {} DESC, {}",
-            positions.join(", "),
-            n + 1,
-            positions.join(", ")
-        ));
-        let rows = qb.build().fetch_all(&self.pool).await.map_err(self.err())?;
-        rows.iter()
-            .map(|row| {
-                let keys = dims
-                    .iter()
-                    .enumerate()
-                    .map(|(i, d)| {
-                        Ok((
-                            *d,
-                            if d.is_time() {
-                                GroupKey::Time(from_ms(row.try_get(i)?))
-                            } else {
-                                GroupKey::Text(text(row, i)?)
-                            },
-                        ))
-                    })
-                    .collect::<Result<Vec<_>, sqlx::Error>>()?;
-                Ok(Group {
-                    keys,
-                    count: row.try_get(n)?,
-                    pending: row.try_get::<f64, _>(n + 1)? as i64,
-                    claimed: row.try_get::<f64, _>(n + 2)? as i64,
-                    uncertain: row.try_get::<f64, _>(n + 3)? as i64,
-                    replayed: row.try_get::<f64, _>(n + 4)? as i64,
-                    discarded: row.try_get::<f64, _>(n + 5)? as i64,
-                    first_seen: from_ms(row.try_get(n + 6)?),
-                    last_seen: from_ms(row.try_get(n + 7)?),
-                })
-            })
-            .collect::<Result<Vec<_>, sqlx::Error>>()
-            .map_err(self.err())
-    }
-
-    async fn load(&self, ids: &[String]) -> Result<Vec<DeadLetter>> {
-        let rows = sqlx::query(AssertSqlSafe(format!(
-            "SELECT {} FROM dead_letters WHERE {IN_IDS}",
-            whole_row_columns()
-        )))
-        .bind(ids_json(ids))
-        .fetch_all(&self.pool)
-        .await
-        .map_err(self.err())?;
-        whole_rows(&rows).map_err(self.err())
-    }
-
-    async fn summaries(&self, ids: &[String]) -> Result<Vec<Summary>> {
-        let rows = sqlx::query(AssertSqlSafe(format!(
-            "SELECT {} FROM dead_letters WHERE {IN_IDS}",
-            summary_columns(NOW_MS)
-        )))
-        .bind(ids_json(ids))
-        .fetch_all(&self.pool)
-        .await
-        .map_err(self.err())?;
-        rows.iter()
-            .map(summary)
-            .collect::<Result<_, _>>()
-            .map_err(self.err())
-    }
-
-    async fn history(&self, id: &str) -> Result<Vec<HistoryEntry>> {
-        let rows = sqlx::query(
-            "SELECT at, operator, action, outcome, detail, target, plan_id, token, token_ref \
-             FROM dead_letter_history WHERE dead_letter_id = ?1 ORDER BY seq",
-        )
-        .bind(id)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(self.err())?;
-        rows.iter()
-            .map(|r| {
-                Ok(HistoryEntry {
-                    at: from_ms(r.try_get("at")?),
-                    operator: text(r, "operator")?,
-                    action: text(r, "action")?,
-                    outcome: text(r, "outcome")?,
-                    detail: text(r, "detail")?,
-                    token_ref: match text::<Option<String>, _>(r, "token")? {
-                        Some(t) => Some(token_ref(&t)),
-                        None => text(r, "token_ref")?,
-                    },
-                    target: text(r, "target")?,
-                    plan_id: text(r, "plan_id")?,
-                })
-            })
-            .collect::<Result<_, sqlx::Error>>()
-            .map_err(self.err())
-    }
-
     async fn import(&self, rows: Vec<NewDeadLetter>, skip_existing: bool) -> Result<ImportReport> {
         let mut tx = self.begin_write().await?;
         let mut report = ImportReport::default();
@@ -632,29 +432,6 @@ impl Store for SqliteStore {
         Ok(report)
     }
 
-    async fn plan_candidates(&self, filter: &Filter, limit: i64) -> Result<Vec<PlanCandidate>> {
-        let mut qb = QueryBuilder::new(
-            "SELECT id, reason, eff_producer, eff_schema_version, body FROM dead_letters",
-        );
-        push_where(&mut qb, filter);
-        qb.push(" ORDER BY dead_lettered_at, id LIMIT ");
-        qb.push_bind(limit);
-        let q = qb.build();
-        let mut stream = q.fetch(&self.pool);
-        let mut out = Vec::new();
-        while let Some(row) = stream.try_next().await.map_err(self.err())? {
-            let body: &[u8] = row.try_get(4).map_err(self.err())?;
-            out.push(PlanCandidate {
-                id: text(&row, 0).map_err(self.err())?,
-                reason: text(&row, 1).map_err(self.err())?,
-                producer: text(&row, 2).map_err(self.err())?,
-                schema_version: text(&row, 3).map_err(self.err())?,
-                sha256: sha256_hex(body),
-            });
-        }
-        Ok(out)
-    }
-
     async fn claim(
         &self,
         ids: &[String],
@@ -669,7 +446,7 @@ impl Store for SqliteStore {
              WHERE {IN_IDS} AND {} \
              RETURNING {}",
             state_predicate(State::Pending, NOW_MS),
-            whole_row_columns()
+            whole_row_columns::<Sqlite>()
         )))
         .bind(ids_json(ids))
         .bind(token)
@@ -677,28 +454,17 @@ impl Store for SqliteStore {
         .fetch_all(&mut *tx)
         .await
         .map_err(self.err())?;
-        let claimed = whole_rows(&rows).map_err(self.err())?;
+        let claimed = rows
+            .iter()
+            .map(whole_row::<Sqlite>)
+            .collect::<std::result::Result<Vec<_>, _>>()
+            .map_err(self.err())?;
         let ids: HashSet<&str> = claimed.iter().map(|r| r.summary.id.as_str()).collect();
         insert_history(&mut tx, &only_for(history, &ids))
             .await
             .map_err(self.err())?;
         tx.commit().await.map_err(self.err())?;
         Ok(claimed)
-    }
-
-    async fn held(&self, ids: &[String], token: &str) -> Result<Vec<DeadLetter>> {
-        let rows = sqlx::query(AssertSqlSafe(format!(
-            "SELECT {} FROM dead_letters WHERE {IN_IDS} AND replay_claim_owner = ?2 \
-             AND replay_attempt_at IS NULL AND {}",
-            whole_row_columns(),
-            state_predicate(State::Claimed, NOW_MS)
-        )))
-        .bind(ids_json(ids))
-        .bind(token)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(self.err())?;
-        whole_rows(&rows).map_err(self.err())
     }
 
     async fn attempt(
@@ -824,28 +590,6 @@ impl Store for SqliteStore {
             .map_err(self.err())
     }
 
-    async fn dead_lettered_since(
-        &self,
-        after: &(DateTime<Utc>, String),
-        limit: i64,
-    ) -> Result<Vec<(String, String, DateTime<Utc>)>> {
-        let rows: Vec<(String, String, i64)> = sqlx::query_as(
-            "SELECT id, eff_event_id, dead_lettered_at FROM dead_letters \
-             WHERE (dead_lettered_at, id) > (?1, ?2) AND eff_event_id IS NOT NULL \
-             ORDER BY dead_lettered_at, id LIMIT ?3",
-        )
-        .bind(to_ms(after.0))
-        .bind(&after.1)
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(self.err())?;
-        Ok(rows
-            .into_iter()
-            .map(|(id, e, t)| (id, e, from_ms(t)))
-            .collect())
-    }
-
     async fn close(&self) {
         self.pool.close().await;
     }
@@ -916,23 +660,6 @@ impl Store for SqliteStore {
             .collect();
         tx.commit().await.map_err(self.err())?;
         Ok(out)
-    }
-
-    async fn database_id(&self) -> Result<String> {
-        sqlx::query_scalar::<_, String>("SELECT value FROM dlq_meta WHERE key = 'database_id'")
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(self.err())?
-            .ok_or_else(|| DlqError::SchemaMissing("no database_id in dlq_meta".into()))
-    }
-
-    async fn count(&self, filter: &Filter) -> Result<i64> {
-        let mut qb = QueryBuilder::new("SELECT count(*) FROM dead_letters");
-        push_where(&mut qb, filter);
-        qb.build_query_scalar::<i64>()
-            .fetch_one(&self.pool)
-            .await
-            .map_err(self.err())
     }
 
     async fn discard(
@@ -1028,69 +755,6 @@ impl Store for SqliteStore {
         )
         .await;
         Ok((Some(last), deleted.len() as u64))
-    }
-
-    async fn export(
-        &self,
-        filter: &Filter,
-        sink: &mut (dyn FnMut(NewDeadLetter) -> Result<()> + Send),
-    ) -> Result<u64> {
-        // One statement, so one snapshot; in WAL mode it never blocks a writer.
-        let mut qb = QueryBuilder::new(
-            "SELECT id, body, reason, attempts, headers_json, replayed_at, replay_claim_owner, \
-             replay_claim_expires_at, last_replay_error, event_id, error, producer, \
-             schema_version, source_queue, exchange, routing_key, dead_lettered_at, \
-             replay_attempt_at, discarded_at, discard_note, \
-             (SELECT json_group_array(json_object('at', h.at, 'operator', h.operator, \
-                 'action', h.action, 'outcome', h.outcome, 'detail', h.detail, \
-                 'token', h.token, 'token_ref', h.token_ref, 'target', h.target, \
-                 'plan_id', h.plan_id)) \
-              FROM (SELECT * FROM dead_letter_history \
-                    WHERE dead_letter_id = dead_letters.id ORDER BY seq) h) AS history \
-             FROM dead_letters",
-        );
-        push_where(&mut qb, filter);
-        qb.push(" ORDER BY dead_lettered_at, id");
-        let mut n = 0u64;
-        let mut rows = qb.build().fetch(&self.pool);
-        while let Some(row) = rows.try_next().await.map_err(self.err())? {
-            let r = (|| -> std::result::Result<NewDeadLetter, sqlx::Error> {
-                Ok(NewDeadLetter {
-                    line: 0,
-                    id: row.try_get("id")?,
-                    body: row.try_get("body")?,
-                    reason: row.try_get("reason")?,
-                    attempts: row.try_get("attempts")?,
-                    headers_json: row.try_get("headers_json")?,
-                    replayed_at: opt_time(&row, "replayed_at")?,
-                    replay_claim_owner: row
-                        .try_get::<Option<&str>, _>("replay_claim_owner")?
-                        .map(|o| token_operator(o).to_string()),
-                    replay_claim_expires_at: opt_time(&row, "replay_claim_expires_at")?,
-                    last_replay_error: row.try_get("last_replay_error")?,
-                    event_id: row.try_get("event_id")?,
-                    error: row.try_get("error")?,
-                    producer: row.try_get("producer")?,
-                    schema_version: row.try_get("schema_version")?,
-                    source_queue: row.try_get("source_queue")?,
-                    exchange: row.try_get("exchange")?,
-                    routing_key: row.try_get("routing_key")?,
-                    dead_lettered_at: opt_time(&row, "dead_lettered_at")?,
-                    replay_attempt_at: opt_time(&row, "replay_attempt_at")?,
-                    discarded_at: opt_time(&row, "discarded_at")?,
-                    discard_note: row.try_get("discard_note")?,
-                    history: None,
-                })
-            })()
-            .map_err(self.err())?;
-            let history: Option<&str> = row.try_get("history").map_err(self.err())?;
-            sink(NewDeadLetter {
-                history: Some(super::parse_history_json(history)?),
-                ..r
-            })?;
-            n += 1;
-        }
-        Ok(n)
     }
 }
 

@@ -1,0 +1,669 @@
+//! The read side of both stores, written once over a small [`Dialect`].
+//!
+//! Reads differ between PostgreSQL and SQLite only in a few spellings (the clock, how a
+//! time is stored, how a set of IDs is bound, the hour/day bucket, the JSON and byte
+//! functions of the content filters, how the export aggregates a history), so one
+//! generic implementation ([`Reads`], for every [`Backend`]) builds and decodes every
+//! read; rows are decoded by column name. The protocol steps, the capture and import
+//! inserts and the migrations stay in each backend's file: they differ for real reasons
+//! (one statement with a data-modifying `WITH` there, an IMMEDIATE transaction here).
+
+use super::{state_case, state_predicate, NewDeadLetter, PlanCandidate};
+use crate::error::{DlqError, Result};
+use crate::model::{
+    sha256_hex, token_operator, token_ref, ContentMatch, DeadLetter, Dimension, Filter, Group,
+    GroupKey, HistoryEntry, State, Summary, UNKNOWN,
+};
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use futures_util::stream::BoxStream;
+use futures_util::TryStreamExt;
+use sqlx::query::Query;
+use sqlx::{Database, Pool, QueryBuilder};
+
+type Decoded<T> = std::result::Result<T, sqlx::Error>;
+
+/// A value bound by the shared reads; each dialect binds it as its type.
+pub enum Bind {
+    Text(String),
+    Int(i64),
+    Bytes(Vec<u8>),
+    Time(DateTime<Utc>),
+}
+
+/// Where a content filter looks.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Doc {
+    Body,
+    Headers,
+    Error,
+}
+
+/// What the read side needs to know of a database's SQL.
+pub trait Dialect: Database {
+    /// The database clock, as SQL.
+    const NOW: &'static str;
+    /// `ORDER BY` of the ID in the export: byte order on both.
+    const ID_ORDER: &'static str;
+    /// The export's correlated subquery: the row's history as a JSON array, oldest
+    /// first, times in milliseconds (read by `parse_history_json`).
+    const HISTORY_JSON: &'static str;
+    /// Run before the export's one statement, in its transaction (none: no transaction).
+    const UNBOUNDED: Option<&'static str>;
+
+    fn bind(qb: &mut QueryBuilder<Self>, value: Bind);
+    /// `id` is one of `ids`.
+    fn push_ids(qb: &mut QueryBuilder<Self>, ids: &[String]);
+    /// The start of the hour or day (`unit`) of `dead_lettered_at`.
+    fn bucket(unit: &str) -> String;
+    /// `doc` contains `needle` (bytes for the body, text otherwise).
+    fn push_contains(qb: &mut QueryBuilder<Self>, doc: Doc, needle: Bind);
+    /// `doc` holds a backslash (an escape may hide a needle).
+    fn backslash_in(doc: Doc) -> &'static str;
+    /// The conditions, before and after the byte tests, under which `doc` is parsed.
+    fn json_guard(doc: Doc) -> (&'static str, &'static str);
+    /// The value at `path` in the JSON object `doc` matches `m` (see [`ContentMatch`]).
+    fn push_json_match(qb: &mut QueryBuilder<Self>, doc: Doc, path: &[&str], m: &ContentMatch);
+
+    /// A text column; `lossy`: invalid UTF-8 becomes U+FFFD instead of an error.
+    fn text(row: &Self::Row, col: &str, lossy: bool) -> Decoded<Option<String>>;
+    fn int(row: &Self::Row, col: &str) -> Decoded<i64>;
+    fn time(row: &Self::Row, col: &str) -> Decoded<Option<DateTime<Utc>>>;
+    fn bytes<'r>(row: &'r Self::Row, col: &str) -> Decoded<&'r [u8]>;
+    fn fetch<'e>(
+        conn: &'e mut Self::Connection,
+        query: Query<'e, Self, Self::Arguments>,
+    ) -> BoxStream<'e, Decoded<Self::Row>>;
+}
+
+/// A store's pool and how it words its errors: all the shared reads need.
+pub trait Backend: Send + Sync {
+    type Db: Dialect;
+    fn pool(&self) -> &Pool<Self::Db>;
+    fn db_err(&self, e: sqlx::Error) -> DlqError;
+}
+
+/// The reads of a store (see [`super::Store`] for the writes).
+#[async_trait]
+pub trait Reads: Send + Sync {
+    /// Fails with [`DlqError::SchemaMissing`] unless `dlq migrate` has run.
+    async fn check_schema(&self) -> Result<()>;
+    /// The database's clock.
+    async fn now(&self) -> Result<DateTime<Utc>>;
+    /// The identity `dlq migrate` stored once for this database (table `dlq_meta`).
+    async fn database_id(&self) -> Result<String>;
+    /// IDs of rows not yet replayed or discarded that start with `prefix`, newest first,
+    /// at most `limit` (shell completion: no count, no body, one short statement).
+    async fn ids_starting_with(&self, prefix: &str, limit: i64) -> Result<Vec<String>>;
+    /// Newest first, at most `limit`, each row handed to `sink` as it arrives (memory
+    /// stays flat however many). Returns the number of rows.
+    async fn list_each(
+        &self,
+        filter: &Filter,
+        limit: i64,
+        sink: &mut (dyn FnMut(Summary) -> Result<()> + Send),
+    ) -> Result<u64>;
+    /// Newest first, at most `limit`; also the number of rows matching.
+    async fn list(&self, filter: &Filter, limit: i64) -> Result<(Vec<Summary>, i64)> {
+        let mut rows = Vec::new();
+        self.list_each(filter, limit, &mut |r| {
+            rows.push(r);
+            Ok(())
+        })
+        .await?;
+        let total = match rows.len() as i64 {
+            n if n < limit => n,
+            n => self.count(filter).await?.max(n),
+        };
+        Ok((rows, total))
+    }
+    /// How many rows match the filter.
+    async fn count(&self, filter: &Filter) -> Result<i64>;
+    /// How many rows match, counting at most `cap + 1`: more than `cap` means "more".
+    async fn count_at_most(&self, filter: &Filter, cap: i64) -> Result<i64>;
+    async fn aggregate(&self, dims: &[Dimension], filter: &Filter) -> Result<Vec<Group>>;
+    /// Whole rows, body included, in no particular order; unknown IDs are absent.
+    async fn load(&self, ids: &[String]) -> Result<Vec<DeadLetter>>;
+    async fn get(&self, id: &str) -> Result<Option<DeadLetter>> {
+        Ok(self.load(&[id.to_string()]).await?.pop())
+    }
+    async fn summaries(&self, ids: &[String]) -> Result<Vec<Summary>>;
+    async fn history(&self, id: &str) -> Result<Vec<HistoryEntry>>;
+    /// Rows matching the filter, oldest first, with body hashes, for `dlq plan`.
+    async fn plan_candidates(&self, filter: &Filter, limit: i64) -> Result<Vec<PlanCandidate>>;
+    /// Rows on which `token` (taken earlier by `dlq claim`) holds a live lease and that no
+    /// attempt has used yet, whole.
+    async fn held(&self, ids: &[String], token: &str) -> Result<Vec<DeadLetter>>;
+    /// Dead letters after `after` in (dead_lettered_at, id) order that carry an event ID,
+    /// at most `limit`: (id, event_id, dead_lettered_at). A plan run watches these to see
+    /// a replayed event come back; paging by both columns never repeats a page when many
+    /// rows share one time.
+    async fn dead_lettered_since(
+        &self,
+        after: &(DateTime<Utc>, String),
+        limit: i64,
+    ) -> Result<Vec<(String, String, DateTime<Utc>)>>;
+    /// Streams the rows that match, oldest first, each whole with its raw columns and its
+    /// history, to `sink`, in constant memory. The claim owner is its operator part only.
+    /// Returns the number of rows.
+    async fn export(
+        &self,
+        filter: &Filter,
+        sink: &mut (dyn FnMut(NewDeadLetter) -> Result<()> + Send),
+    ) -> Result<u64>;
+}
+
+/// Appends the filter's WHERE clause. Every value is a bound parameter; `--header` and
+/// `--field` first look for their texts in the raw bytes (a cheap test that never rules
+/// out a match, see [`ContentMatch::needles`]; SQLite evaluates AND from the left), and
+/// parse the JSON only where the dialect's guard says it parses.
+pub(crate) fn push_where<D: Dialect>(qb: &mut QueryBuilder<D>, f: &Filter) {
+    qb.push(" WHERE 1=1");
+    for (col, val) in [
+        ("reason", &f.reason),
+        ("eff_producer", &f.producer),
+        ("eff_schema_version", &f.schema_version),
+        ("source_queue", &f.source_queue),
+        ("eff_event_id", &f.event_id),
+    ] {
+        match val.as_deref() {
+            None => {}
+            Some(UNKNOWN) if col != "reason" => {
+                qb.push(format!(" AND {col} IS NULL"));
+            }
+            Some(v) => {
+                qb.push(format!(" AND {col} = "));
+                D::bind(qb, Bind::Text(v.to_string()));
+            }
+        }
+    }
+    for (cond, t) in [
+        ("dead_lettered_at >=", f.since),
+        ("dead_lettered_at <", f.until),
+        ("COALESCE(replayed_at, discarded_at) <", f.settled_before),
+    ] {
+        if let Some(t) = t {
+            qb.push(format!(" AND {cond} "));
+            D::bind(qb, Bind::Time(t));
+        }
+    }
+    if !f.states.is_empty() {
+        let any: Vec<String> = f
+            .states
+            .iter()
+            .map(|st| state_predicate(*st, D::NOW))
+            .collect();
+        qb.push(format!(" AND (({}))", any.join(") OR (")));
+    }
+    if let Some(g) = &f.grep {
+        qb.push(" AND ");
+        D::push_contains(qb, Doc::Body, Bind::Bytes(g.as_bytes().to_vec()));
+    }
+    if let Some(e) = &f.error_contains {
+        qb.push(" AND ");
+        D::push_contains(qb, Doc::Error, Bind::Text(e.clone()));
+    }
+    let headers = f
+        .headers
+        .iter()
+        .map(|m| (Doc::Headers, m, vec![m.key.as_str()]));
+    let fields = f.fields.iter().map(|m| (Doc::Body, m, m.path()));
+    for (doc, m, path) in headers.chain(fields) {
+        let (before, after) = D::json_guard(doc);
+        qb.push(format!(" AND CASE WHEN {before}"));
+        for n in m.needles(doc == Doc::Body) {
+            qb.push(" AND (");
+            let n = match doc {
+                Doc::Body => Bind::Bytes(n.into_bytes()),
+                _ => Bind::Text(n),
+            };
+            D::push_contains(qb, doc, n);
+            qb.push(format!(" OR {})", D::backslash_in(doc)));
+        }
+        qb.push(format!("{after} THEN "));
+        D::push_json_match(qb, doc, &path, m);
+        qb.push(" ELSE false END");
+    }
+}
+
+/// The SELECT list of a [`Summary`]. The claim owner is read whole; [`summary`] keeps
+/// only its operator part.
+pub(crate) fn summary_columns(now: &str) -> String {
+    format!(
+        "id, reason, CAST(attempts AS BIGINT) AS attempts, replayed_at, replay_claim_owner, \
+         replay_claim_expires_at, last_replay_error, eff_event_id, error, eff_producer, \
+         eff_schema_version, source_queue, exchange, routing_key, dead_lettered_at, \
+         replay_attempt_at, discarded_at, discard_note, {} AS state",
+        state_case(now)
+    )
+}
+
+/// The columns of a whole row, as [`whole_row`] reads them (also a RETURNING list).
+pub(crate) fn whole_row_columns<D: Dialect>() -> String {
+    format!(
+        "{}, headers_json, body, {} AS db_now",
+        summary_columns(D::NOW),
+        D::NOW
+    )
+}
+
+fn required<T>(v: Option<T>, col: &str) -> Decoded<T> {
+    v.ok_or_else(|| sqlx::Error::ColumnDecode {
+        index: col.to_string(),
+        source: "unexpected NULL".into(),
+    })
+}
+
+/// A text column as a worker wrote it: SQLite does not check that TEXT is UTF-8, and one
+/// invalid byte must not make a whole listing fail (PostgreSQL refuses them on insert).
+fn text<D: Dialect>(row: &D::Row, col: &str) -> Decoded<Option<String>> {
+    D::text(row, col, true)
+}
+
+fn time<D: Dialect>(row: &D::Row, col: &str) -> Decoded<DateTime<Utc>> {
+    required(D::time(row, col)?, col)
+}
+
+pub(crate) fn summary<D: Dialect>(row: &D::Row) -> Decoded<Summary> {
+    let t = |col: &str| text::<D>(row, col);
+    let state = required(t("state")?, "state")?;
+    Ok(Summary {
+        id: required(t("id")?, "id")?,
+        reason: required(t("reason")?, "reason")?,
+        attempts: D::int(row, "attempts")?,
+        replayed_at: D::time(row, "replayed_at")?,
+        replay_claim_owner: t("replay_claim_owner")?.map(|o| token_operator(&o).to_string()),
+        replay_claim_expires_at: D::time(row, "replay_claim_expires_at")?,
+        last_replay_error: t("last_replay_error")?,
+        event_id: t("eff_event_id")?,
+        error: t("error")?,
+        producer: t("eff_producer")?,
+        schema_version: t("eff_schema_version")?,
+        source_queue: t("source_queue")?,
+        exchange: t("exchange")?,
+        routing_key: t("routing_key")?,
+        dead_lettered_at: time::<D>(row, "dead_lettered_at")?,
+        replay_attempt_at: D::time(row, "replay_attempt_at")?,
+        discarded_at: D::time(row, "discarded_at")?,
+        discard_note: t("discard_note")?,
+        state: State::parse(&state)
+            .ok_or_else(|| sqlx::Error::Decode(format!("unknown state {state:?}").into()))?,
+    })
+}
+
+pub(crate) fn whole_row<D: Dialect>(row: &D::Row) -> Decoded<DeadLetter> {
+    Ok(DeadLetter {
+        summary: summary::<D>(row)?,
+        headers_json: required(text::<D>(row, "headers_json")?, "headers_json")?,
+        body: D::bytes(row, "body")?.to_vec(),
+        db_now: time::<D>(row, "db_now")?,
+    })
+}
+
+/// A time as the export prints it: to the millisecond, the precision both stores keep.
+fn whole_ms(t: Option<DateTime<Utc>>) -> Option<DateTime<Utc>> {
+    t.map(|t| DateTime::from_timestamp_millis(t.timestamp_millis()).unwrap_or(t))
+}
+
+/// An exported row: the raw columns (not the effective identity), exactly as stored.
+fn exported<D: Dialect>(row: &D::Row) -> Result<NewDeadLetter> {
+    let decoded = (|| -> Decoded<NewDeadLetter> {
+        let t = |col: &str| D::text(row, col, false);
+        let at = |col: &str| -> Decoded<_> { Ok(whole_ms(D::time(row, col)?)) };
+        Ok(NewDeadLetter {
+            line: 0,
+            id: required(t("id")?, "id")?,
+            body: D::bytes(row, "body")?.to_vec(),
+            reason: required(t("reason")?, "reason")?,
+            attempts: D::int(row, "attempts")?,
+            headers_json: required(t("headers_json")?, "headers_json")?,
+            replayed_at: at("replayed_at")?,
+            replay_claim_owner: t("replay_claim_owner")?.map(|o| token_operator(&o).to_string()),
+            replay_claim_expires_at: at("replay_claim_expires_at")?,
+            last_replay_error: t("last_replay_error")?,
+            event_id: t("event_id")?,
+            error: t("error")?,
+            producer: t("producer")?,
+            schema_version: t("schema_version")?,
+            source_queue: t("source_queue")?,
+            exchange: t("exchange")?,
+            routing_key: t("routing_key")?,
+            dead_lettered_at: at("dead_lettered_at")?,
+            replay_attempt_at: at("replay_attempt_at")?,
+            discarded_at: at("discarded_at")?,
+            discard_note: t("discard_note")?,
+            history: None,
+        })
+    })();
+    let history = D::text(row, "history", false);
+    let (r, history) = decoded
+        .and_then(|r| Ok((r, history?)))
+        .map_err(super::db_error)?;
+    Ok(NewDeadLetter {
+        history: Some(super::parse_history_json(history.as_deref())?),
+        ..r
+    })
+}
+
+type Row<B> = <<B as Backend>::Db as Database>::Row;
+
+/// Runs a query on one pooled connection and hands each row to `f`.
+async fn each<B: Backend>(
+    b: &B,
+    qb: &mut QueryBuilder<B::Db>,
+    mut f: impl FnMut(&Row<B>) -> Result<()> + Send,
+) -> Result<u64> {
+    let mut conn = b.pool().acquire().await.map_err(|e| b.db_err(e))?;
+    let mut rows = B::Db::fetch(&mut conn, qb.build());
+    let mut n = 0;
+    while let Some(row) = rows.try_next().await.map_err(|e| b.db_err(e))? {
+        f(&row)?;
+        n += 1;
+    }
+    Ok(n)
+}
+
+async fn all<B: Backend, T: Send>(
+    b: &B,
+    qb: &mut QueryBuilder<B::Db>,
+    decode: impl Fn(&Row<B>) -> Decoded<T> + Send + Sync,
+) -> Result<Vec<T>> {
+    let mut out = Vec::new();
+    each(b, qb, |row| {
+        out.push(decode(row).map_err(|e| b.db_err(e))?);
+        Ok(())
+    })
+    .await?;
+    Ok(out)
+}
+
+async fn count_of<B: Backend>(b: &B, qb: &mut QueryBuilder<B::Db>) -> Result<i64> {
+    let n = all(b, qb, |r| B::Db::int(r, "n")).await?;
+    Ok(n.first().copied().unwrap_or_default())
+}
+
+fn select<D: Dialect>(columns: &str, filter: &Filter) -> QueryBuilder<D> {
+    let mut qb = QueryBuilder::new(format!("SELECT {columns} FROM dead_letters"));
+    push_where(&mut qb, filter);
+    qb
+}
+
+fn by_ids<D: Dialect>(columns: &str, ids: &[String]) -> QueryBuilder<D> {
+    let mut qb = QueryBuilder::new(format!("SELECT {columns} FROM dead_letters WHERE "));
+    D::push_ids(&mut qb, ids);
+    qb
+}
+
+#[async_trait]
+impl<B: Backend> Reads for B {
+    async fn check_schema(&self) -> Result<()> {
+        // One round trip: fails to parse unless both tables and the derived columns exist.
+        let mut qb = QueryBuilder::new(
+            "SELECT d.eff_producer, h.seq FROM dead_letters d, dead_letter_history h WHERE false",
+        );
+        each(self, &mut qb, |_| Ok(())).await?;
+        Ok(())
+    }
+
+    async fn now(&self) -> Result<DateTime<Utc>> {
+        let mut qb = QueryBuilder::new(format!("SELECT {} AS now", B::Db::NOW));
+        let now = all(self, &mut qb, |r| time::<B::Db>(r, "now")).await?;
+        now.first()
+            .copied()
+            .ok_or_else(|| DlqError::other("database: no time"))
+    }
+
+    async fn database_id(&self) -> Result<String> {
+        let mut qb = QueryBuilder::new("SELECT value FROM dlq_meta WHERE key = 'database_id'");
+        all(self, &mut qb, |r| B::Db::text(r, "value", false))
+            .await?
+            .pop()
+            .flatten()
+            .ok_or_else(|| DlqError::SchemaMissing("no database_id in dlq_meta".into()))
+    }
+
+    async fn ids_starting_with(&self, prefix: &str, limit: i64) -> Result<Vec<String>> {
+        let mut qb = QueryBuilder::new("SELECT id FROM dead_letters WHERE substr(id, 1, length(");
+        B::Db::bind(&mut qb, Bind::Text(prefix.to_string()));
+        qb.push(")) = ");
+        B::Db::bind(&mut qb, Bind::Text(prefix.to_string()));
+        qb.push(
+            " AND replayed_at IS NULL AND discarded_at IS NULL \
+             ORDER BY dead_lettered_at DESC LIMIT ",
+        );
+        B::Db::bind(&mut qb, Bind::Int(limit));
+        all(self, &mut qb, |r| B::Db::text(r, "id", false))
+            .await
+            .map(|ids| ids.into_iter().flatten().collect())
+    }
+
+    async fn list_each(
+        &self,
+        filter: &Filter,
+        limit: i64,
+        sink: &mut (dyn FnMut(Summary) -> Result<()> + Send),
+    ) -> Result<u64> {
+        let mut qb = select(&summary_columns(B::Db::NOW), filter);
+        qb.push(" ORDER BY dead_lettered_at DESC, id LIMIT ");
+        B::Db::bind(&mut qb, Bind::Int(limit));
+        each(self, &mut qb, |row| {
+            sink(summary::<B::Db>(row).map_err(|e| self.db_err(e))?)
+        })
+        .await
+    }
+
+    async fn count(&self, filter: &Filter) -> Result<i64> {
+        count_of(self, &mut select("count(*) AS n", filter)).await
+    }
+
+    async fn count_at_most(&self, filter: &Filter, cap: i64) -> Result<i64> {
+        // Stops after cap + 1 rows: a flood of rows costs no more than the cap.
+        let mut qb = QueryBuilder::new("SELECT count(*) AS n FROM (SELECT 1 FROM dead_letters");
+        push_where(&mut qb, filter);
+        qb.push(" LIMIT ");
+        B::Db::bind(&mut qb, Bind::Int(cap.saturating_add(1)));
+        qb.push(") AS capped");
+        count_of(self, &mut qb).await
+    }
+
+    async fn aggregate(&self, dims: &[Dimension], filter: &Filter) -> Result<Vec<Group>> {
+        let keys: Vec<String> = dims
+            .iter()
+            .enumerate()
+            .map(|(i, d)| {
+                let expr = match d {
+                    Dimension::Reason => "reason".into(),
+                    Dimension::Producer => "eff_producer".into(),
+                    Dimension::SchemaVersion => "eff_schema_version".into(),
+                    Dimension::SourceQueue => "source_queue".into(),
+                    Dimension::ErrorClass => "eff_error_class".into(),
+                    Dimension::Hour => B::Db::bucket("hour"),
+                    Dimension::Day => B::Db::bucket("day"),
+                };
+                format!("{expr} AS k{i}")
+            })
+            .collect();
+        let states: Vec<String> = State::ALL
+            .iter()
+            .map(|st| {
+                let p = state_predicate(*st, B::Db::NOW);
+                format!("count(CASE WHEN {p} THEN 1 END) AS {}", st.as_str())
+            })
+            .collect();
+        let n = dims.len();
+        let mut qb = select(
+            &format!(
+                "{}, count(*) AS n, {}, min(dead_lettered_at) AS first_seen, \
+                 max(dead_lettered_at) AS last_seen",
+                keys.join(", "),
+                states.join(", ")
+            ),
+            filter,
+        );
+        let positions: Vec<String> = (1..=n).map(|i| i.to_string()).collect();
+        qb.push(format!(
+            " GROUP BY {0} ORDER BY {1} DESC, {0}",
+            positions.join(", "),
+            n + 1
+        ));
+        all(self, &mut qb, |row| {
+            let int = |col: &str| B::Db::int(row, col);
+            let keys = dims
+                .iter()
+                .enumerate()
+                .map(|(i, d)| {
+                    let k = format!("k{i}");
+                    Ok((
+                        *d,
+                        if d.is_time() {
+                            GroupKey::Time(time::<B::Db>(row, &k)?)
+                        } else {
+                            GroupKey::Text(text::<B::Db>(row, &k)?)
+                        },
+                    ))
+                })
+                .collect::<Decoded<Vec<_>>>()?;
+            Ok(Group {
+                keys,
+                count: int("n")?,
+                pending: int("pending")?,
+                claimed: int("claimed")?,
+                uncertain: int("uncertain")?,
+                replayed: int("replayed")?,
+                discarded: int("discarded")?,
+                first_seen: time::<B::Db>(row, "first_seen")?,
+                last_seen: time::<B::Db>(row, "last_seen")?,
+            })
+        })
+        .await
+    }
+
+    async fn load(&self, ids: &[String]) -> Result<Vec<DeadLetter>> {
+        let mut qb = by_ids(&whole_row_columns::<B::Db>(), ids);
+        all(self, &mut qb, whole_row::<B::Db>).await
+    }
+
+    async fn summaries(&self, ids: &[String]) -> Result<Vec<Summary>> {
+        let mut qb = by_ids(&summary_columns(B::Db::NOW), ids);
+        all(self, &mut qb, summary::<B::Db>).await
+    }
+
+    async fn history(&self, id: &str) -> Result<Vec<HistoryEntry>> {
+        let mut qb = QueryBuilder::new(
+            "SELECT at, operator, action, outcome, detail, target, plan_id, token, token_ref \
+             FROM dead_letter_history WHERE dead_letter_id = ",
+        );
+        B::Db::bind(&mut qb, Bind::Text(id.to_string()));
+        qb.push(" ORDER BY seq");
+        all(self, &mut qb, |r| {
+            let t = |col: &str| text::<B::Db>(r, col);
+            Ok(HistoryEntry {
+                at: time::<B::Db>(r, "at")?,
+                operator: required(t("operator")?, "operator")?,
+                action: required(t("action")?, "action")?,
+                outcome: required(t("outcome")?, "outcome")?,
+                detail: t("detail")?,
+                token_ref: match t("token")? {
+                    Some(token) => Some(token_ref(&token)),
+                    None => t("token_ref")?,
+                },
+                target: t("target")?,
+                plan_id: t("plan_id")?,
+            })
+        })
+        .await
+    }
+
+    async fn plan_candidates(&self, filter: &Filter, limit: i64) -> Result<Vec<PlanCandidate>> {
+        let mut qb = select("id, reason, eff_producer, eff_schema_version, body", filter);
+        qb.push(" ORDER BY dead_lettered_at, id LIMIT ");
+        B::Db::bind(&mut qb, Bind::Int(limit));
+        all(self, &mut qb, |r| {
+            let t = |col: &str| text::<B::Db>(r, col);
+            Ok(PlanCandidate {
+                id: required(t("id")?, "id")?,
+                reason: required(t("reason")?, "reason")?,
+                producer: t("eff_producer")?,
+                schema_version: t("eff_schema_version")?,
+                sha256: sha256_hex(B::Db::bytes(r, "body")?),
+            })
+        })
+        .await
+    }
+
+    async fn held(&self, ids: &[String], token: &str) -> Result<Vec<DeadLetter>> {
+        let mut qb = by_ids(&whole_row_columns::<B::Db>(), ids);
+        qb.push(" AND replay_claim_owner = ");
+        B::Db::bind(&mut qb, Bind::Text(token.to_string()));
+        qb.push(format!(
+            " AND replay_attempt_at IS NULL AND {}",
+            state_predicate(State::Claimed, B::Db::NOW)
+        ));
+        all(self, &mut qb, whole_row::<B::Db>).await
+    }
+
+    async fn dead_lettered_since(
+        &self,
+        after: &(DateTime<Utc>, String),
+        limit: i64,
+    ) -> Result<Vec<(String, String, DateTime<Utc>)>> {
+        let mut qb = QueryBuilder::new(
+            "SELECT id, eff_event_id, dead_lettered_at FROM dead_letters \
+             WHERE (dead_lettered_at, id) > (",
+        );
+        B::Db::bind(&mut qb, Bind::Time(after.0));
+        qb.push(", ");
+        B::Db::bind(&mut qb, Bind::Text(after.1.clone()));
+        qb.push(") AND eff_event_id IS NOT NULL ORDER BY dead_lettered_at, id LIMIT ");
+        B::Db::bind(&mut qb, Bind::Int(limit));
+        all(self, &mut qb, |r| {
+            let t = |col: &str| text::<B::Db>(r, col);
+            Ok((
+                required(t("id")?, "id")?,
+                required(t("eff_event_id")?, "eff_event_id")?,
+                time::<B::Db>(r, "dead_lettered_at")?,
+            ))
+        })
+        .await
+    }
+
+    async fn export(
+        &self,
+        filter: &Filter,
+        sink: &mut (dyn FnMut(NewDeadLetter) -> Result<()> + Send),
+    ) -> Result<u64> {
+        let mut qb = select(
+            &format!(
+                "id, body, reason, CAST(attempts AS BIGINT) AS attempts, headers_json, \
+                 replayed_at, replay_claim_owner, replay_claim_expires_at, last_replay_error, \
+                 event_id, error, producer, schema_version, source_queue, exchange, routing_key, \
+                 dead_lettered_at, replay_attempt_at, discarded_at, discard_note, {} AS history",
+                B::Db::HISTORY_JSON
+            ),
+            filter,
+        );
+        qb.push(format!(" ORDER BY dead_lettered_at, {}", B::Db::ID_ORDER));
+        let err = |e| self.db_err(e);
+        let Some(setup) = B::Db::UNBOUNDED else {
+            // One statement, so one snapshot.
+            return each(self, &mut qb, |row| sink(exported::<B::Db>(row)?)).await;
+        };
+        // Not bound by --statement-timeout, which is meant for statements that hold locks
+        // (this one takes none that writers wait on).
+        let mut tx = self.pool().begin().await.map_err(err)?;
+        B::Db::fetch(&mut tx, sqlx::query(setup))
+            .try_collect::<Vec<_>>()
+            .await
+            .map_err(err)?;
+        let mut n = 0;
+        {
+            let mut rows = B::Db::fetch(&mut tx, qb.build());
+            while let Some(row) = rows.try_next().await.map_err(err)? {
+                sink(exported::<B::Db>(&row)?)?;
+                n += 1;
+            }
+        }
+        tx.rollback().await.map_err(err)?;
+        Ok(n)
+    }
+}
