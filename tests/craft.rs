@@ -355,3 +355,42 @@ fn completion_finds_ids_by_prefix_in_the_lines_database_within_a_bound() {
     assert!(took < Duration::from_secs(10), "took {took:?}");
     drop(silent);
 }
+
+/// `list -o json` whose read fails half way (here the statement timeout, while the
+/// reader is slow) never leaves a well-formed array holding part of the rows on stdout:
+/// a script would take it for the whole list. Found by the issue-14 review.
+#[test]
+fn a_list_cut_short_by_an_error_is_not_valid_json() {
+    let db = TestDb::migrated(Backend::Postgres);
+    db.sql(&[
+        "INSERT INTO dead_letters (id, body, reason, attempts, headers_json) \
+              SELECT 'row-' || lpad(g::text, 7, '0'), convert_to('{\"n\":' || g || '}', 'UTF8'), \
+              'poison_message', 1, '{}' FROM generate_series(1, 200000) g",
+    ]);
+    let mut child = db
+        .cmd()
+        .args([
+            "--statement-timeout",
+            "2s",
+            "list",
+            "-o",
+            "json",
+            "--limit",
+            "200000",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // A slow reader: the database waits on the full pipe until the timeout cancels it.
+    std::thread::sleep(Duration::from_secs(5));
+    let out = child.wait_with_output().unwrap();
+    let r = Run::from(out);
+    assert_eq!(r.code, 1, "{}", r.stderr);
+    assert!(r.stderr.contains("timed out"), "{}", r.stderr);
+    assert!(
+        serde_json::from_str::<serde_json::Value>(&r.stdout).is_err(),
+        "a partial list parsed as JSON ({} bytes)",
+        r.stdout.len()
+    );
+}

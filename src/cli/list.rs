@@ -77,7 +77,11 @@ async fn render(ctx: &Ctx, store: &dyn dlq::store::Store, args: &ListArgs) -> Re
                     ctx.out.check()
                 })
                 .await;
-            rows.finish();
+            // An array cut short by a failure stays unclosed (invalid JSON): a script must
+            // never take part of the rows for all of them.
+            if shown.is_ok() {
+                rows.finish();
+            }
             shown
         }
         Format::Table | Format::Markdown => {
