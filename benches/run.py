@@ -6,7 +6,7 @@ temporary SQLite file, uses uniquely named queues, and removes all of it afterwa
 
   python3 benches/run.py                 # everything, 1,000,000 rows
   python3 benches/run.py --rows 100000   # a quicker look
-  python3 benches/run.py --only replay   # one part: triage | replay | plan | capture
+  python3 benches/run.py --only replay   # one part: triage | replay | plan | capture | bigbody
                                          # (triage includes content filters and export)
 
 Each timing runs the whole command as a separate process, the way an operator runs it,
@@ -14,10 +14,13 @@ and compares it with the equivalent statement run directly by psql / sqlite3 (al
 process that connects and runs one statement). Medians of --runs runs are reported.
 """
 import argparse
+import base64
 import contextlib
 import json
 import os
 import platform
+import random
+import re
 import shutil
 import statistics
 import subprocess
@@ -442,6 +445,159 @@ def capture(args, report):
         report.append(f"| {name} | " + " | ".join(f"{statistics.median(rss[name][k]):.1f}" for k in sizes) + " |")
 
 
+BIG = 50 * 2**20
+
+
+def big_body_lines(tmp, queue):
+    """Writes an import line for each of two 50 MiB bodies: random bytes (not UTF-8), and a
+    JSON document (UTF-8 with characters JSON escapes, so `show -o json` prints body_text
+    too). Written in chunks: a child's peak RSS counts this process's pages until its exec,
+    so this process must stay small. Returns (kind, id, line file, body size)."""
+    rnd = random.Random(14)
+    chunk = 3 * 2**20  # a multiple of 3: base64 of the chunks is base64 of the whole
+    text_path = os.path.join(tmp, "text.json")
+    with open(text_path, "w", encoding="utf-8") as f:
+        f.write('{"event_id": "evt-big", "items": [')
+        n = 0
+        while f.tell() < BIG - 200:
+            note = f'caf\u00e9 "{rnd.random():.6f}"\n'
+            f.write(("," if n else "") + json.dumps({"n": n, "note": note, "pad": "x" * 64}, ensure_ascii=False))
+            n += 1
+        f.write("]}")
+    def binary():
+        for k in range(0, BIG, chunk):
+            yield rnd.randbytes(min(chunk, BIG - k))
+
+    def text():
+        with open(text_path, "rb") as f:
+            yield from iter(lambda: f.read(chunk), b"")
+
+    sources = {"binary": binary, "JSON text": text}
+    out = []
+    for kind, chunks in sources.items():
+        ident = "big-" + kind.split()[0].lower()
+        path = os.path.join(tmp, ident + ".jsonl")
+        size = 0
+        with open(path, "w") as f:
+            head = json.dumps({"id": ident, "reason": "poison_message", "attempts": 1,
+                               "headers": {"x-producer": "bench"}, "source_queue": queue})
+            f.write(head[:-1] + ', "body_base64": "')
+            for c in chunks():
+                f.write(base64.b64encode(c).decode())
+                size += len(c)
+            f.write('"}\n')
+        out.append((kind, ident, path, size))
+    os.remove(text_path)
+    return out
+
+
+def measured_with_output(cmd, env, tmp):
+    """Runs `cmd`; (seconds, peak RSS in MiB, stdout, stderr) of that process."""
+    with tempfile.TemporaryFile(dir=tmp) as out, tempfile.TemporaryFile(dir=tmp) as err:
+        t = time.perf_counter()
+        p = subprocess.Popen(cmd, env=env, stdout=out, stderr=err)
+        _, status, usage = os.wait4(p.pid, 0)
+        took = time.perf_counter() - t
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
+    if os.waitstatus_to_exitcode(status) != 0:
+        sys.exit(f"failed: {' '.join(cmd)}\n{stderr.decode(errors='replace')[-2000:]}")
+    return took, usage.ru_maxrss / 1024, stdout, stderr
+
+
+def sqlx_times(stderr):
+    """The claim, attempt and mark statements' own times from sqlx's statement log."""
+    out = {}
+    for line in stderr.decode(errors="replace").splitlines():
+        m = re.search(r'UPDATE dead_letters\s+SET (replay_claim_owner = |replay_attempt_at = |replayed_at = ).*?elapsed_secs=([0-9.e-]+)', line)
+        if m:
+            step = {"replay_claim_owner = ": "claim", "replay_attempt_at = ": "attempt", "replayed_at = ": "mark"}[m.group(1)]
+            out[step] = float(m.group(2))
+    return out
+
+
+def sqlite_body_position(path, runs):
+    """What SQLite does on an UPDATE of small columns of a row holding a 50 MiB BLOB, with
+    the BLOB second (as in dead_letters) or last: claim-like and mark-like updates (the
+    record changes size) and one that keeps the record's size."""
+    steps = [
+        ("claim (NULL -> token, NULL -> time)", "UPDATE {t} SET owner = 'op:' || lower(hex(randomblob(16))), expires = 1764000000000 + {i} WHERE id = 'a' AND owner IS NULL"),
+        ("same size (token -> token, time -> time)", "UPDATE {t} SET owner = 'op:' || lower(hex(randomblob(16))), expires = 1764000000000 + {i} WHERE id = 'a'"),
+        ("mark (NULL -> time, time -> NULL)", "UPDATE {t} SET replayed = 1764000000000 + {i}, expires = NULL WHERE id = 'a'"),
+        ("read a non-NULL column stored after the BLOB", "SELECT length(owner) FROM {t} WHERE id = 'a'"),
+    ]
+    times = {}
+    for t, columns in (("body second", "id TEXT PRIMARY KEY, body BLOB, owner TEXT, expires INTEGER, replayed INTEGER"),
+                       ("body last", "id TEXT PRIMARY KEY, owner TEXT, expires INTEGER, replayed INTEGER, body BLOB")):
+        for i in range(runs):
+            with contextlib.suppress(FileNotFoundError):
+                for suffix in ("", "-wal", "-shm"):
+                    os.remove(path + suffix)
+            run(["sqlite3", path, f"PRAGMA journal_mode = WAL; CREATE TABLE x ({columns}); "
+                 f"INSERT INTO x (id, body) VALUES ('a', randomblob({BIG})); PRAGMA wal_checkpoint(TRUNCATE);"])
+            for name, sql in steps:
+                # One statement per process, on a file as dlq opens it (WAL, synchronous FULL).
+                r = run(["sqlite3", path], stdin=f"PRAGMA synchronous = FULL;\n.timer on\n{sql.format(t='x', i=i)};\n".encode())
+                real = float(re.search(r"Run Time: real ([0-9.]+)", r.stdout.decode()).group(1))
+                times.setdefault((name, t), []).append(real)
+    return times
+
+
+def bigbody(args, report):
+    """A 50 MiB body through import, show and replay on each store: the peak RSS of each
+    `dlq` process (wait4) and its ratio to the body; the claim, attempt and mark
+    statements' own times (sqlx's statement log, DLQ_LOG=sqlx::query=debug)."""
+    rows, steps = [], []
+    with scratch() as (queue, db, tmp):
+        lines = big_body_lines(tmp, queue)
+        stores = (("PostgreSQL", f"postgres://postgres@127.0.0.1:5432/{db}"),
+                  ("SQLite", f"sqlite://{os.path.join(tmp, 'big.db')}"))
+        for name, url in stores:
+            env = dlq_env(url, amqp=None)
+            run([DLQ, "migrate"], env=env)
+            for kind, ident, line, size in lines:
+                peaks = {}
+                took, peaks["import"] = measured([DLQ, "import", line], env)
+                _, peaks["show (table)"] = measured([DLQ, "-o", "table", "show", ident], env)
+                _, peaks["show -o json"] = measured([DLQ, "-o", "json", "show", ident], env)
+                replay_took, peaks["replay ID --yes"], out, err = measured_with_output(
+                    [DLQ, "replay", ident, "--yes"], dict(env, DLQ_LOG="sqlx::query=debug"), tmp)
+                assert json.loads(out)["outcome"] == "replayed", out
+                got = run([QUEUE_TOOL, "drain", queue]).stdout.decode()
+                assert f"bytes={size}" in got, got
+                mib = size / 2**20
+                for what, peak in peaks.items():
+                    rows.append(f"| {name} | {kind} | {what} | {peak:.0f} MiB | {peak / mib:.2f}x |")
+                st = sqlx_times(err)
+                steps.append(f"| {name} | {kind} | {took:.1f} s | {replay_took:.1f} s | "
+                             + " | ".join(f"{st.get(k, float('nan')) * 1000:.0f} ms" for k in ("claim", "attempt", "mark")) + " |")
+        position = sqlite_body_position(os.path.join(tmp, "position.db"), args.bigbody_runs)
+    report.append("")
+    report.append("A 50 MiB body (generated by the script), each command a new process with stdout to "
+                  "/dev/null or a pipe; peak RSS is the process's own (`wait4`), the ratio is to the body:")
+    report.append("")
+    report.append("| store | body | command | peak RSS | ratio (target <= 3x) |")
+    report.append("|---|---|---|---|---|")
+    report.extend(rows)
+    report.append("")
+    report.append("Times: `dlq import` of the line (a process), `dlq replay ID --yes` (a process), and "
+                  "the claim, attempt and mark statements as sqlx timed them inside that replay:")
+    report.append("")
+    report.append("| store | body | import | replay | claim | attempt | mark |")
+    report.append("|---|---|---|---|---|---|---|")
+    report.extend(steps)
+    report.append("")
+    report.append(f"SQLite alone (sqlite3, WAL, synchronous FULL, one statement per process), a row "
+                  f"holding a 50 MiB BLOB; median of {args.bigbody_runs} runs:")
+    report.append("")
+    report.append("| statement | BLOB second (as dead_letters) | BLOB last |")
+    report.append("|---|---|---|")
+    for name in dict.fromkeys(n for n, _ in position):
+        report.append(f"| {name} | " + " | ".join(
+            f"{statistics.median(position[(name, t)]) * 1000:.0f} ms" for t in ("body second", "body last")) + " |")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rows", type=int, default=1_000_000)
@@ -454,12 +610,13 @@ def main():
     p.add_argument("--capture-batch", type=int, default=500)
     p.add_argument("--capture-rounds", type=int, default=3)
     p.add_argument("--export-runs", type=int, default=3)
-    p.add_argument("--only", choices=["triage", "replay", "plan", "capture"])
+    p.add_argument("--bigbody-runs", type=int, default=5)
+    p.add_argument("--only", choices=["triage", "replay", "plan", "capture", "bigbody"])
     args = p.parse_args()
     run(["cargo", "build", "--quiet", "--release", "--manifest-path", os.path.join(ROOT, "Cargo.toml"),
          "--bin", "dlq", "--example", "queue", "--example", "bare_publisher", "--example", "bare_consumer"])
     report = [f"Machine: {machine()}", f"Date: {time.strftime('%Y-%m-%d')}", ""]
-    for part in ("triage", "replay", "plan", "capture"):
+    for part in ("triage", "replay", "plan", "capture", "bigbody"):
         if args.only in (None, part):
             globals()[part](args, report)
     print("\n".join(report))

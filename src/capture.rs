@@ -1110,7 +1110,7 @@ async fn park_one(
         AMQPValue::LongString(LongString::from(why.to_string())),
     );
     let msg = OutgoingMessage {
-        body: h.body.clone(),
+        body: &h.body,
         headers,
         message_id: h
             .properties

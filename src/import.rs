@@ -6,13 +6,19 @@
 //! Every value is parsed and checked before anything is written; the store then inserts
 //! all rows in one transaction. A bad value names the line it starts on and its field.
 //! The rules are the same whichever store the rows go to.
+//!
+//! A body may be tens of MiB, so the body fields are decoded as the parser reads them:
+//! `body_base64` straight from the parser's string buffer into the one `Vec` the row
+//! keeps, and a `body_text` given with it compared with that body in place. No field is
+//! held as a JSON value or a second string; every other field is a `serde_json::Value`.
 
 use crate::error::{DlqError, IoContext, Result};
 use crate::model::{sha256_hex, token_operator, validate_id, HistoryEntry};
 use crate::store::NewDeadLetter;
 use base64::Engine;
 use chrono::{DateTime, Utc};
-use serde::Serialize;
+use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use std::cell::RefCell;
 use std::io::BufRead;
@@ -92,11 +98,17 @@ pub fn read_lines<R: BufRead>(mut input: R) -> Result<Vec<NewDeadLetter>> {
         pos: pos.clone(),
     };
     let mut rows = Vec::new();
-    let values = serde_json::Deserializer::from_reader(tracker).into_iter::<Value>();
+    let values = serde_json::Deserializer::from_reader(tracker).into_iter::<Fields>();
     for value in values {
         let value = value.map_err(|e| {
             let p = pos.borrow();
-            if e.is_io() {
+            if e.is_data() {
+                // The only data error: a value that is not an object.
+                DlqError::usage(format!(
+                    "line {}: not a JSON object (nothing was imported)",
+                    p.start_line
+                ))
+            } else if e.is_io() {
                 DlqError::usage(format!("{e} (nothing was imported)"))
             } else if p.between {
                 DlqError::usage(format!(
@@ -115,12 +127,7 @@ pub fn read_lines<R: BufRead>(mut input: R) -> Result<Vec<NewDeadLetter>> {
             p.between = true;
             p.start_line
         };
-        let Value::Object(obj) = value else {
-            return Err(DlqError::usage(format!(
-                "line {line}: not a JSON object (nothing was imported)"
-            )));
-        };
-        rows.push(parse_object(line, &obj)?);
+        rows.push(parse_object(line, value)?);
     }
     let mut seen = std::collections::HashSet::new();
     for r in &rows {
@@ -171,35 +178,202 @@ fn opt_time(line: usize, obj: &Map<String, Value>, field: &str) -> Result<Option
     }
 }
 
-fn body_of(line: usize, obj: &Map<String, Value>) -> Result<Vec<u8>> {
-    let base64 = match obj.get("body_base64") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(b64)) => Some(
-            base64::engine::general_purpose::STANDARD
-                .decode(b64)
-                .map_err(|e| bad(line, "body_base64", format!("not valid base64: {e}")))?,
-        ),
-        Some(_) => return Err(bad(line, "body_base64", "expected a base64 string")),
+/// One input object: the body fields as read (see the module docs), the others as JSON.
+#[derive(Default)]
+struct Fields {
+    obj: Map<String, Value>,
+    /// `body_base64`: absent or null, else the decoded body or why it is not one.
+    base64: Option<std::result::Result<Vec<u8>, String>>,
+    text: Option<Text>,
+    /// A body field given twice: the name.
+    repeated: Option<&'static str>,
+}
+
+/// What became of `body_text`.
+enum Text {
+    /// Read before any `body_base64`: the body itself.
+    Body(Vec<u8>),
+    /// Compared with the body decoded from `body_base64` read before it.
+    Same,
+    Differs,
+    NotAString,
+}
+
+impl<'de> Deserialize<'de> for Fields {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        // Anything but an object is a data error (see `read_lines`).
+        d.deserialize_map(FieldsVisitor)
+    }
+}
+
+struct FieldsVisitor;
+
+impl<'de> Visitor<'de> for FieldsVisitor {
+    type Value = Fields;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<Fields, A::Error> {
+        let mut f = Fields::default();
+        while let Some(key) = map.next_key::<String>()? {
+            match key.as_str() {
+                "body_base64" => {
+                    if f.base64.is_some() {
+                        f.repeated = Some("body_base64");
+                    }
+                    f.base64 = map.next_value_seed(BodySeed::Base64)?.into_base64();
+                }
+                "body_text" => {
+                    if f.text.is_some() {
+                        f.repeated = Some("body_text");
+                    }
+                    let against = f.base64.as_ref().and_then(|b| b.as_ref().ok());
+                    f.text = map.next_value_seed(BodySeed::Text(against))?.into_text();
+                }
+                _ => {
+                    let value = map.next_value::<Value>()?;
+                    f.obj.insert(key, value);
+                }
+            }
+        }
+        Ok(f)
+    }
+}
+
+/// How to read one body field's value.
+enum BodySeed<'b> {
+    Base64,
+    /// `body_text`, compared with this body when there is one.
+    Text(Option<&'b Vec<u8>>),
+}
+
+/// One body field's value as read.
+enum BodyValue {
+    Null,
+    NotAString,
+    Base64(std::result::Result<Vec<u8>, String>),
+    Text(Text),
+}
+
+impl BodyValue {
+    fn into_base64(self) -> Option<std::result::Result<Vec<u8>, String>> {
+        match self {
+            BodyValue::Null => None,
+            BodyValue::Base64(b) => Some(b),
+            _ => Some(Err("expected a base64 string".into())),
+        }
+    }
+
+    fn into_text(self) -> Option<Text> {
+        match self {
+            BodyValue::Null => None,
+            BodyValue::Text(t) => Some(t),
+            _ => Some(Text::NotAString),
+        }
+    }
+}
+
+impl<'de> DeserializeSeed<'de> for BodySeed<'_> {
+    type Value = BodyValue;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> std::result::Result<BodyValue, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for BodySeed<'_> {
+    type Value = BodyValue;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a string or null")
+    }
+
+    /// The parser's own buffer: decoded or compared without a copy.
+    fn visit_str<E: serde::de::Error>(self, s: &str) -> std::result::Result<BodyValue, E> {
+        Ok(match self {
+            BodySeed::Base64 => BodyValue::Base64(
+                base64::engine::general_purpose::STANDARD
+                    .decode(s)
+                    .map_err(|e| format!("not valid base64: {e}")),
+            ),
+            BodySeed::Text(Some(body)) if body.as_slice() == s.as_bytes() => {
+                BodyValue::Text(Text::Same)
+            }
+            BodySeed::Text(Some(_)) => BodyValue::Text(Text::Differs),
+            BodySeed::Text(None) => BodyValue::Text(Text::Body(s.as_bytes().to_vec())),
+        })
+    }
+
+    fn visit_string<E: serde::de::Error>(self, s: String) -> std::result::Result<BodyValue, E> {
+        match self {
+            BodySeed::Text(None) => Ok(BodyValue::Text(Text::Body(s.into_bytes()))),
+            seed => seed.visit_str(&s),
+        }
+    }
+
+    fn visit_unit<E: serde::de::Error>(self) -> std::result::Result<BodyValue, E> {
+        Ok(BodyValue::Null)
+    }
+
+    fn visit_bool<E: serde::de::Error>(self, _: bool) -> std::result::Result<BodyValue, E> {
+        Ok(BodyValue::NotAString)
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, _: i64) -> std::result::Result<BodyValue, E> {
+        Ok(BodyValue::NotAString)
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, _: u64) -> std::result::Result<BodyValue, E> {
+        Ok(BodyValue::NotAString)
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, _: f64) -> std::result::Result<BodyValue, E> {
+        Ok(BodyValue::NotAString)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> std::result::Result<BodyValue, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(BodyValue::NotAString)
+    }
+
+    /// An object, or a number (`arbitrary_precision` hands numbers over as a map).
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> std::result::Result<BodyValue, A::Error> {
+        while map.next_entry::<IgnoredAny, IgnoredAny>()?.is_some() {}
+        Ok(BodyValue::NotAString)
+    }
+}
+
+fn body_of(line: usize, f: &mut Fields) -> Result<Vec<u8>> {
+    if let Some(name) = f.repeated {
+        return Err(bad(line, name, "appears twice"));
+    }
+    let base64 = match f.base64.take() {
+        None => None,
+        Some(Ok(b)) => Some(b),
+        Some(Err(e)) => return Err(bad(line, "body_base64", e)),
     };
-    let text = match obj.get("body_text") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(t)) => Some(t.clone().into_bytes()),
-        Some(_) => return Err(bad(line, "body_text", "expected a string")),
-    };
-    match (base64, text) {
-        (Some(b), Some(t)) if b != t => Err(bad(
-            line,
-            "body_text",
-            "differs from body_base64; give one of them (or both, the same body)",
-        )),
+    match (base64, f.text.take()) {
+        (_, Some(Text::NotAString)) => Err(bad(line, "body_text", "expected a string")),
+        (Some(b), Some(Text::Body(t))) if b != t => Err(differs(line)),
+        (Some(_), Some(Text::Differs)) => Err(differs(line)),
         (Some(b), _) => Ok(b),
-        (None, Some(t)) => Ok(t),
-        (None, None) => Err(bad(
+        (None, Some(Text::Body(t))) => Ok(t),
+        (None, _) => Err(bad(
             line,
             "body_base64",
             "missing (give body_base64 or body_text)",
         )),
     }
+}
+
+fn differs(line: usize) -> DlqError {
+    bad(
+        line,
+        "body_text",
+        "differs from body_base64; give one of them (or both, the same body)",
+    )
 }
 
 fn history_of(line: usize, obj: &Map<String, Value>) -> Result<Option<Vec<HistoryEntry>>> {
@@ -247,10 +421,12 @@ fn history_of(line: usize, obj: &Map<String, Value>) -> Result<Option<Vec<Histor
     Ok(Some(out))
 }
 
-fn parse_object(line: usize, obj: &Map<String, Value>) -> Result<NewDeadLetter> {
+fn parse_object(line: usize, mut fields: Fields) -> Result<NewDeadLetter> {
+    let body = body_of(line, &mut fields);
+    let obj = &fields.obj;
     let id = opt_str(line, obj, "id")?.ok_or_else(|| bad(line, "id", "missing"))?;
     validate_id(&id).map_err(|e| bad(line, "id", e))?;
-    let body = body_of(line, obj)?;
+    let body = body?;
     if let Some(expected) = opt_str(line, obj, "sha256")? {
         let actual = sha256_hex(&body);
         if !expected.eq_ignore_ascii_case(&actual) {

@@ -65,15 +65,17 @@ pub enum PublishResult {
     Stalled(String),
 }
 
-/// A message ready to publish: body byte for byte, headers, properties.
+/// A message ready to publish: body byte for byte, headers, properties. The body is
+/// borrowed from the row: lapin copies it once into its frames, and no other copy is
+/// made (a body may be tens of MiB).
 #[derive(Debug, Clone)]
-pub struct OutgoingMessage {
-    pub body: Vec<u8>,
+pub struct OutgoingMessage<'a> {
+    pub body: &'a [u8],
     pub headers: FieldTable,
     pub message_id: Option<String>,
 }
 
-impl OutgoingMessage {
+impl OutgoingMessage<'_> {
     fn properties(&self) -> BasicProperties {
         let mut p = BasicProperties::default()
             .with_delivery_mode(2)
@@ -662,7 +664,7 @@ impl Publisher {
     /// Hands one message to the broker (mandatory, persistent) without waiting for its
     /// confirm; [`Publisher::settle`] waits. The confirm is awaited until the confirm
     /// timeout counted from now.
-    pub async fn send(&self, id: &str, target: &Target, msg: &OutgoingMessage) -> Sent {
+    pub async fn send(&self, id: &str, target: &Target, msg: &OutgoingMessage<'_>) -> Sent {
         let deadline = Instant::now() + self.opts.confirm_timeout;
         let sent = |confirm| Sent {
             id: id.to_string(),
@@ -697,7 +699,7 @@ impl Publisher {
                 mandatory: true,
                 ..BasicPublishOptions::default()
             },
-            &msg.body,
+            msg.body,
             msg.properties(),
         );
         let result = timeout(self.opts.confirm_timeout, publish).await;

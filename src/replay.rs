@@ -84,7 +84,7 @@ pub fn resolve_target(row: &Summary, opts: &ReplayOptions) -> Option<Target> {
 }
 
 /// The message a replay publishes for `row`.
-pub fn build_message(row: &DeadLetter, operator: &str) -> OutgoingMessage {
+pub fn build_message<'a>(row: &'a DeadLetter, operator: &str) -> OutgoingMessage<'a> {
     let headers = replay_headers(
         &row.headers(),
         &row.summary.id,
@@ -92,7 +92,7 @@ pub fn build_message(row: &DeadLetter, operator: &str) -> OutgoingMessage {
         operator,
     );
     OutgoingMessage {
-        body: row.body.clone(),
+        body: &row.body,
         headers: to_field_table(&headers),
         message_id: row.summary.event_id.clone(),
     }

@@ -367,7 +367,7 @@ fn a_list_cut_short_by_an_error_is_not_valid_json() {
               SELECT 'row-' || lpad(g::text, 7, '0'), convert_to('{\"n\":' || g || '}', 'UTF8'), \
               'poison_message', 1, '{}' FROM generate_series(1, 200000) g",
     ]);
-    let mut child = db
+    let child = db
         .cmd()
         .args([
             "--statement-timeout",

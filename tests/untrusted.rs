@@ -1337,6 +1337,25 @@ fn budget(len: usize) -> usize {
     64 * len + 256 * 1024
 }
 
+/// A large body is held once while its line is read: the decoded body plus the parser's
+/// string buffer, never the base64 text again as a JSON value (nor `body_text` beside it).
+#[test]
+fn import_holds_a_large_body_once_beside_the_parsers_buffer() {
+    // 3 MiB: exactly 4 MiB of base64, a size the parser's buffer grows to exactly.
+    let body = "0123456789abcdef".repeat(3 * 65536);
+    let b64 = base64::engine::general_purpose::STANDARD.encode(&body);
+    assert_eq!(b64.len(), 4 << 20);
+    let export = json!({"id": "a", "reason": "r", "body_base64": b64});
+    let show = json!({"id": "a", "reason": "r", "body_base64": b64, "body_text": body});
+    for line in [export, show] {
+        let line = format!("{line}\n");
+        let (rows, used) = counting::peak(|| dlq::import::read_lines(line.as_bytes()));
+        assert_eq!(rows.unwrap()[0].body, body.as_bytes());
+        let bound = b64.len() + body.len() + (256 << 10);
+        assert!(used <= bound, "{used} bytes held, more than {bound}");
+    }
+}
+
 /// JSON values, nested, with hostile strings: the shape of import lines, plans, headers.
 fn json_value() -> impl Strategy<Value = Value> {
     let leaf = prop_oneof![

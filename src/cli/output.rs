@@ -107,11 +107,25 @@ impl Out {
         }
     }
 
-    /// A whole JSON document, pretty-printed.
+    /// A whole JSON document, pretty-printed, serialized straight into stdout: a dead
+    /// letter's body is never held a second time as JSON text (see `show`).
     pub fn json(&self, value: &impl Serialize) {
-        match serde_json::to_string_pretty(value) {
-            Ok(s) => self.write(&format!("{s}\n")),
-            Err(e) => self.fail(WriteFailure::Failed(format!("cannot encode output: {e}"))),
+        if self.failure().is_some() {
+            return;
+        }
+        let mut stdout = std::io::BufWriter::with_capacity(64 * 1024, std::io::stdout().lock());
+        let written = serde_json::to_writer_pretty(&mut stdout, value)
+            .map_err(|e| match e.is_io() {
+                true => std::io::Error::from(e),
+                false => std::io::Error::other(format!("cannot encode output: {e}")),
+            })
+            .and_then(|()| stdout.write_all(b"\n"))
+            .and_then(|()| stdout.flush());
+        if let Err(e) = written {
+            self.fail(match e.kind() {
+                std::io::ErrorKind::BrokenPipe => WriteFailure::Closed,
+                _ => WriteFailure::Failed(e.to_string()),
+            });
         }
     }
 
@@ -429,6 +443,19 @@ pub fn time(t: chrono::DateTime<chrono::Utc>) -> String {
 
 pub fn opt(v: &Option<String>) -> String {
     v.clone().unwrap_or_else(|| dlq::model::UNKNOWN.to_string())
+}
+
+/// Bytes serialized as a base64 JSON string, encoded while they are written: a body is
+/// never held a second time as base64 text.
+pub struct Base64<'a>(pub &'a [u8]);
+
+impl Serialize for Base64<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.collect_str(&base64::display::Base64Display::new(
+            self.0,
+            &base64::engine::general_purpose::STANDARD,
+        ))
+    }
 }
 
 /// Bodies larger than this are cut in the table view (JSON always carries all of it).

@@ -234,6 +234,8 @@ async fn single(
             ));
         }
     }
+    // The claim reads the row again; a large body is not held twice.
+    drop(row);
     let interrupted = watch_signals();
     broker.connect_early();
     let item = Item {

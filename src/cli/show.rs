@@ -1,10 +1,9 @@
 //! `dlq show ID`: everything about one dead letter.
 
-use super::output::{opt, render_body, time};
+use super::output::{opt, render_body, time, Base64};
 use super::report::{emit, StepReport};
 use super::Result;
 use super::{Ctx, Format};
-use base64::Engine;
 use clap::Args;
 use dlq::model::{validate_id, DeadLetter, HistoryEntry, Outcome, Summary};
 use dlq::sanitize::line;
@@ -21,7 +20,7 @@ struct ShowJson<'a> {
     #[serde(flatten)]
     summary: &'a Summary,
     headers: serde_json::Map<String, serde_json::Value>,
-    body_base64: String,
+    body_base64: Base64<'a>,
     #[serde(skip_serializing_if = "Option::is_none")]
     body_text: Option<&'a str>,
     sha256: String,
@@ -49,7 +48,7 @@ pub async fn run(ctx: &Ctx, args: ShowArgs) -> Result<u8> {
         Format::Json => ctx.out.json(&ShowJson {
             summary: &row.summary,
             headers: row.headers(),
-            body_base64: base64::engine::general_purpose::STANDARD.encode(&row.body),
+            body_base64: Base64(&row.body),
             body_text: std::str::from_utf8(&row.body).ok(),
             sha256: row.sha256(),
             body_bytes: row.body.len(),

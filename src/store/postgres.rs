@@ -296,7 +296,7 @@ impl Store for PgStore {
     async fn import(&self, rows: Vec<NewDeadLetter>, skip_existing: bool) -> Result<ImportReport> {
         let mut tx = self.pool.begin().await.map_err(db_error)?;
         let mut report = ImportReport::default();
-        for r in rows {
+        for mut r in rows {
             let sql = format!(
                 "INSERT INTO dead_letters (id, body, reason, attempts, headers_json, replayed_at, \
                  replay_claim_owner, replay_claim_expires_at, last_replay_error, event_id, error, \
@@ -314,7 +314,8 @@ impl Store for PgStore {
             })?;
             let res = sqlx::query(AssertSqlSafe(sql.as_str()))
                 .bind(&r.id)
-                .bind(&r.body)
+                // Moved, not copied: a body may be tens of MiB.
+                .bind(std::mem::take(&mut r.body))
                 .bind(&r.reason)
                 .bind(attempts)
                 .bind(&r.headers_json)

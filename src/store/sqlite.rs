@@ -373,10 +373,11 @@ impl Store for SqliteStore {
              ?18,?19,?20)",
             if skip_existing { "OR IGNORE" } else { "" }
         );
-        for r in rows {
+        for mut r in rows {
             let res = sqlx::query(AssertSqlSafe(sql.as_str()))
                 .bind(&r.id)
-                .bind(&r.body)
+                // Moved, not copied: a body may be tens of MiB.
+                .bind(std::mem::take(&mut r.body))
                 .bind(&r.reason)
                 .bind(r.attempts)
                 .bind(&r.headers_json)
@@ -440,13 +441,14 @@ impl Store for SqliteStore {
         history: &[NewHistory],
     ) -> Result<Vec<DeadLetter>> {
         let mut tx = self.begin_write().await?;
-        let rows = sqlx::query(AssertSqlSafe(format!(
+        // RETURNING id only: SQLite materializes every RETURNING row before the first is
+        // read, so returning the body would copy it once more (docs/performance.md).
+        let claimed: Vec<String> = sqlx::query_scalar(AssertSqlSafe(format!(
             "UPDATE dead_letters SET replay_claim_owner = ?2, \
                  replay_claim_expires_at = {NOW_MS} + ?3 \
              WHERE {IN_IDS} AND {} \
-             RETURNING {}",
+             RETURNING id",
             state_predicate(State::Pending, NOW_MS),
-            whole_row_columns::<Sqlite>()
         )))
         .bind(ids_json(ids))
         .bind(token)
@@ -454,11 +456,23 @@ impl Store for SqliteStore {
         .fetch_all(&mut *tx)
         .await
         .map_err(self.err())?;
+        let rows = match claimed.is_empty() {
+            true => Vec::new(),
+            false => sqlx::query(AssertSqlSafe(format!(
+                "SELECT {} FROM dead_letters WHERE {IN_IDS}",
+                whole_row_columns::<Sqlite>()
+            )))
+            .bind(ids_json(&claimed))
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(self.err())?,
+        };
         let claimed = rows
             .iter()
             .map(whole_row::<Sqlite>)
             .collect::<std::result::Result<Vec<_>, _>>()
             .map_err(self.err())?;
+        drop(rows);
         let ids: HashSet<&str> = claimed.iter().map(|r| r.summary.id.as_str()).collect();
         insert_history(&mut tx, &only_for(history, &ids))
             .await
