@@ -394,3 +394,39 @@ fn a_list_cut_short_by_an_error_is_not_valid_json() {
         r.stdout.len()
     );
 }
+
+/// `show -o markdown` is Markdown (it printed the plain text view): the columns as a
+/// table, headers and body fenced so that no backtick run in the body closes the fence,
+/// the history as a table.
+#[test]
+fn show_as_markdown_is_a_table_and_fenced_blocks() {
+    let db = TestDb::migrated(Backend::Sqlite);
+    db.add(serde_json::json!({
+        "id": "md-1", "reason": "poison_message", "error": "bad | thing",
+        "body_text": "{\"a\":\"```\\n# not a heading\"}", "headers": {"tenant": "a|b"},
+    }));
+    assert_eq!(db.dlq(&["note", "md-1", "looked | at it"]).code, 0);
+    let r = db.dlq(&["show", "md-1", "-o", "markdown"]);
+    assert_eq!(r.code, 0, "{}", r.all());
+    let md = &r.stdout;
+    assert!(md.contains("| field | value |\n|---|---|\n"), "{md}");
+    assert!(md.contains("| error | bad \\| thing |"), "{md}");
+    // The body holds a run of three backticks: its fence is longer.
+    let body = md.split("#### Body").nth(1).unwrap();
+    let fence_line = body.lines().find(|l| l.starts_with("```")).unwrap();
+    assert!(fence_line.starts_with("````json"), "{md}");
+    let closing = body.lines().filter(|l| *l == "````").count();
+    assert_eq!(closing, 1, "{md}");
+    assert!(
+        md.contains("| at | operator | action | outcome | detail |"),
+        "{md}"
+    );
+    assert!(md.contains("looked \\| at it"), "{md}");
+    // The table view is unchanged: plain `key: value` lines.
+    let t = db.dlq(&["show", "md-1", "-o", "table"]);
+    assert!(
+        t.stdout.starts_with("id:               md-1\n"),
+        "{}",
+        t.stdout
+    );
+}

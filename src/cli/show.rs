@@ -6,7 +6,7 @@ use super::Result;
 use super::{Ctx, Format};
 use clap::Args;
 use dlq::model::{validate_id, DeadLetter, HistoryEntry, Outcome, Summary};
-use dlq::sanitize::line;
+use dlq::sanitize::{line, markdown_cell};
 use serde::Serialize;
 
 #[derive(Debug, Args)]
@@ -54,17 +54,17 @@ pub async fn run(ctx: &Ctx, args: ShowArgs) -> Result<u8> {
             body_bytes: row.body.len(),
             history: &history,
         }),
-        Format::Table | Format::Markdown => ctx.out.text(&render(&row, &history)),
+        Format::Table => ctx.out.text(&render(&row, &history)),
+        Format::Markdown => ctx.out.text(&render_markdown(&row, &history)),
     }
     Ok(dlq::exit::OK)
 }
 
-fn render(row: &DeadLetter, history: &[HistoryEntry]) -> String {
+/// Every column of the row, labelled, in the order `show` prints them.
+fn fields(row: &DeadLetter) -> Vec<(&'static str, String)> {
     let s = &row.summary;
-    let mut out = String::new();
-    // Values are untrusted: each stays on its line, escaped (the body and headers below
-    // keep their newlines; `Out::text` escapes the rest).
-    let mut kv = |k: &str, v: String| out.push_str(&format!("{k:<17} {}\n", line(&v)));
+    let mut out = Vec::new();
+    let mut kv = |k: &'static str, v: String| out.push((k, v));
     kv("id:", s.id.clone());
     kv("state:", s.state.as_str().into());
     kv("reason:", s.reason.clone());
@@ -123,6 +123,17 @@ fn render(row: &DeadLetter, history: &[HistoryEntry]) -> String {
     );
     kv("sha256:", row.sha256());
     kv("body bytes:", row.body.len().to_string());
+    out
+}
+
+fn render(row: &DeadLetter, history: &[HistoryEntry]) -> String {
+    let mut out = String::new();
+    // Values are untrusted: each stays on its line, escaped (the body and headers below
+    // keep their newlines; `Out::text` escapes the rest).
+    for (k, v) in fields(row) {
+        out.push_str(&format!("{k:<17} {}\n", line(&v)));
+    }
+
     out.push_str("\nheaders:\n");
     out.push_str(&serde_json::to_string_pretty(&row.headers()).unwrap_or_default());
     out.push_str("\n\nbody:\n");
@@ -146,4 +157,57 @@ fn render(row: &DeadLetter, history: &[HistoryEntry]) -> String {
         ));
     }
     out
+}
+
+/// `show -o markdown`, for an incident ticket: the columns as a table, headers and body
+/// in fenced blocks (a fence longer than any backtick run inside), the history as a table.
+fn render_markdown(row: &DeadLetter, history: &[HistoryEntry]) -> String {
+    let cell = |v: &str| markdown_cell(v);
+    let mut out = format!(
+        "### Dead letter {}\n\n| field | value |\n|---|---|\n",
+        cell(&row.summary.id)
+    );
+    for (k, v) in fields(row) {
+        out.push_str(&format!("| {} | {} |\n", k.trim_end_matches(':'), cell(&v)));
+    }
+    let headers = serde_json::to_string_pretty(&row.headers()).unwrap_or_default();
+    out.push_str(&format!("\n#### Headers\n\n{}", fenced("json", &headers)));
+    let body = render_body(&row.body);
+    let lang = match serde_json::from_slice::<serde_json::Value>(&row.body) {
+        Ok(_) => "json",
+        Err(_) => "text",
+    };
+    out.push_str(&format!("\n#### Body\n\n{}", fenced(lang, body.trim_end())));
+    out.push_str("\n#### History\n\n");
+    if history.is_empty() {
+        out.push_str("(none)\n");
+        return out;
+    }
+    out.push_str("| at | operator | action | outcome | detail |\n|---|---|---|---|---|\n");
+    for h in history {
+        let detail = format!(
+            "{}{}",
+            h.detail.as_deref().unwrap_or(""),
+            h.plan_id
+                .as_ref()
+                .map(|p| format!(" (plan {p})"))
+                .unwrap_or_default()
+        );
+        out.push_str(&format!(
+            "| {} | {} | {} | {} | {} |\n",
+            time(h.at),
+            cell(&h.operator),
+            cell(&h.action),
+            cell(&h.outcome.to_string()),
+            cell(&detail)
+        ));
+    }
+    out
+}
+
+/// `text` in a fenced code block whose fence no backtick run inside can close.
+fn fenced(lang: &str, text: &str) -> String {
+    let longest = text.split(|c| c != '`').map(str::len).max().unwrap_or(0);
+    let fence = "`".repeat(longest.max(2) + 1);
+    format!("{fence}{lang}\n{text}\n{fence}\n")
 }
