@@ -6,8 +6,9 @@ temporary SQLite file, uses uniquely named queues, and removes all of it afterwa
 
   python3 benches/run.py                 # everything, 1,000,000 rows
   python3 benches/run.py --rows 100000   # a quicker look
-  python3 benches/run.py --only replay   # one part: triage | replay | plan | capture | bigbody
-                                         # (triage includes content filters and export)
+  python3 benches/run.py --only replay   # one part: triage | flood | replay | plan | capture | bigbody
+                                         # (triage includes content filters, export, flood)
+  python3 benches/run.py --only flood --baseline OLD_DLQ   # and an older binary, before/after
 
 Each timing runs the whole command as a separate process, the way an operator runs it,
 and compares it with the equivalent statement run directly by psql / sqlite3 (also a
@@ -153,7 +154,7 @@ SQLITE_FIELD = f"""SELECT {LIST_COLUMNS} FROM dead_letters WHERE 1=1
  THEN CASE json_type({_DOC}, {_PATH}) WHEN 'text' THEN json_extract({_DOC}, {_PATH}) = '{FIELD[1]}'
    WHEN 'array' THEN json({_DOC} -> {_PATH}) = json(NULL)
    WHEN 'object' THEN json({_DOC} -> {_PATH}) = json(NULL)
-   ELSE ({_DOC} -> {_PATH}) = '{FIELD[1]}' END ELSE 0 END
+   ELSE ({_DOC} -> {_PATH}) = '{FIELD[1]}' END ELSE false END
  ORDER BY dead_lettered_at DESC, id LIMIT 50"""
 
 
@@ -212,6 +213,67 @@ def triage(args, report):
         report.extend(rows)
         content_filters(args, report, content)
         export(args, report, pg_url, sq_url)
+    flood(args, report)
+
+
+
+
+def flood(args, report):
+    """`dlq list` on a table during a flood: the rows just bulk-inserted, never vacuumed nor
+    analyzed (autovacuum is off for this table, so it stays that way for the whole run): no
+    visibility map, so a count visits the heap for every match. The page and the count
+    capped at 10,000, against `--count` (the exact count); and the peak RSS of a listing of
+    200,000 rows. With --baseline, the same runs of an older binary."""
+    n = args.rows
+    with scratch(with_queue=False) as (_, db, _tmp):
+        # Without TLS: a handshake with this server costs every command the same ~90 ms,
+        # whatever it then reads (the replay part measures both).
+        url = f"postgres://postgres@127.0.0.1:5432/{db}?sslmode=disable"
+        env = dlq_env(url)
+        run([DLQ, "migrate"], env=env)
+        psql = ["psql", "-X", "-q", "-h", "127.0.0.1", "-U", "postgres", "-d", db]
+        t = time.perf_counter()
+        run(psql + ["-c", "ALTER TABLE dead_letters SET (autovacuum_enabled = false)", "-c", PG_ROWS.format(n=n)])
+        report.append("")
+        report.append(f"- flood: generated {n:,} rows in PostgreSQL in {time.perf_counter() - t:.0f} s, not vacuumed nor analyzed")
+        binaries = [("dlq", DLQ)] + ([("before", args.baseline)] if args.baseline else [])
+        # Row g is g seconds old: the newest twelfth (83,333 of 1,000,000) match.
+        cmd = ["list", "--since", f"{n // 12}s"]
+        # The first list after the insert also sets the hint bits of the pages it reads.
+        first = {}
+        for label, exe in binaries:
+            t = time.perf_counter()
+            run([exe] + cmd, env=env)
+            first[label] = time.perf_counter() - t
+        rows = []
+        for label, exe in binaries:
+            for c in [cmd] + ([cmd + ["--count"]] if label == "dlq" else []):
+                xs = timed([exe] + c, args.runs, env)
+                shown = run([exe] + c, env=env).stderr.decode().strip()
+                once = f"{first[label] * 1000:.1f} ms" if c == cmd else ""
+                rows.append(f"| {label} | {' '.join(c)} | {once} | {ms(xs)} | {shown} |")
+        stats = run(psql + ["-At", "-c", "SELECT coalesce(last_vacuum, last_autovacuum, last_analyze, last_autoanalyze) IS NULL "
+                            "FROM pg_stat_user_tables WHERE relname = 'dead_letters'"]).stdout.decode().strip()
+        report.append("")
+        report.append(f"`dlq {' '.join(cmd)}` ({n // 12:,} matches) on {n:,} rows never vacuumed "
+                      f"(still never vacuumed nor analyzed at the end: {'yes' if stats == 't' else 'NO'}); "
+                      f"first run after the insert, then the median of {args.runs} runs, each a new process:")
+        report.append("")
+        report.append("| binary | command | first run | median | stderr |")
+        report.append("|---|---|---|---|---|")
+        report.extend(rows)
+        rss = []
+        for label, exe in binaries:
+            for fmt in ("json", "table"):
+                runs = [measured([exe, "-o", fmt, "list", "--limit", "200000"], env) for _ in range(args.export_runs)]
+                rss.append(f"| {label} | list --limit 200000 -o {fmt} | {statistics.median(r[0] for r in runs):.1f} s "
+                           f"| {max(r[1] for r in runs):.0f} MiB |")
+        report.append("")
+        report.append(f"Peak RSS of `dlq list --limit 200000` to /dev/null (median time, largest RSS of {args.export_runs} runs):")
+        report.append("")
+        report.append("| binary | command | time | peak RSS |")
+        report.append("|---|---|---|---|")
+        report.extend(rss)
 
 
 def content_filters(args, report, stores):
@@ -611,13 +673,14 @@ def main():
     p.add_argument("--capture-rounds", type=int, default=3)
     p.add_argument("--export-runs", type=int, default=3)
     p.add_argument("--bigbody-runs", type=int, default=5)
-    p.add_argument("--only", choices=["triage", "replay", "plan", "capture", "bigbody"])
+    p.add_argument("--only", choices=["triage", "flood", "replay", "plan", "capture", "bigbody"])
+    p.add_argument("--baseline", help="flood: an older dlq binary to compare with (before/after)")
     args = p.parse_args()
     run(["cargo", "build", "--quiet", "--release", "--manifest-path", os.path.join(ROOT, "Cargo.toml"),
          "--bin", "dlq", "--example", "queue", "--example", "bare_publisher", "--example", "bare_consumer"])
     report = [f"Machine: {machine()}", f"Date: {time.strftime('%Y-%m-%d')}", ""]
-    for part in ("triage", "replay", "plan", "capture", "bigbody"):
-        if args.only in (None, part):
+    for part in ("triage", "flood", "replay", "plan", "capture", "bigbody"):
+        if args.only == part or (args.only is None and part != "flood"):
             globals()[part](args, report)
     print("\n".join(report))
 
