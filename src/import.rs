@@ -103,9 +103,10 @@ pub fn read_lines<R: BufRead>(mut input: R) -> Result<Vec<NewDeadLetter>> {
         let value = value.map_err(|e| {
             let p = pos.borrow();
             if e.is_data() {
-                // The only data error: a value that is not an object.
+                // A value that is not an object, or a field of the wrong type: serde says
+                // which.
                 DlqError::usage(format!(
-                    "line {}: not a JSON object (nothing was imported)",
+                    "line {}: not a dead letter: {e} (nothing was imported)",
                     p.start_line
                 ))
             } else if e.is_io() {
