@@ -437,7 +437,8 @@ fn show_as_markdown_is_a_table_and_fenced_blocks() {
 #[test]
 fn an_import_line_with_a_wrong_value_says_what_is_wrong() {
     let db = TestDb::migrated(Backend::Sqlite);
-    let line = r#"{"id":"a","reason":"r","body_text":"x","headers":{"$serde_json::private::Number":5}}"#;
+    let line =
+        r#"{"id":"a","reason":"r","body_text":"x","headers":{"$serde_json::private::Number":5}}"#;
     let r = db.dlq_stdin(&["import", "-"], format!("{line}\n").as_bytes());
     assert_eq!(r.code, 2, "{}", r.all());
     assert!(!r.stderr.contains("not a JSON object"), "{}", r.stderr);
@@ -447,5 +448,9 @@ fn an_import_line_with_a_wrong_value_says_what_is_wrong() {
     // A line that is not an object is still refused by its line.
     let r = db.dlq_stdin(&["import", "-"], b"[1, 2]\n");
     assert_eq!(r.code, 2, "{}", r.all());
-    assert!(r.stderr.contains("line 1") && r.stderr.contains("object"), "{}", r.stderr);
+    assert!(
+        r.stderr.contains("line 1") && r.stderr.contains("object"),
+        "{}",
+        r.stderr
+    );
 }
