@@ -7,13 +7,6 @@ mod common;
 use common::*;
 use std::time::{Duration, Instant};
 
-fn write_config(dir: &std::path::Path, body: &str) -> std::path::PathBuf {
-    let p = dir.join("dlq").join("config.toml");
-    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-    std::fs::write(&p, body).unwrap();
-    p
-}
-
 #[test]
 fn show_of_an_unknown_id_prints_the_same_not_found_report_as_claim() {
     for backend in BACKENDS {

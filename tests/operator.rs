@@ -85,13 +85,6 @@ fn bash_completes_dead_letter_ids() {
     );
 }
 
-fn write_config(dir: &std::path::Path, body: &str) -> std::path::PathBuf {
-    let p = dir.join("dlq").join("config.toml");
-    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-    std::fs::write(&p, body).unwrap();
-    p
-}
-
 #[test]
 fn profile_resolution_order_is_flag_env_profile_default() {
     let a = TestDb::migrated(Backend::Sqlite);

@@ -803,3 +803,11 @@ pub fn refusing_queue_args() -> FieldTable {
     );
     args
 }
+
+/// Writes `body` as the dlq config file under the XDG config home `dir`.
+pub fn write_config(dir: &std::path::Path, body: &str) -> std::path::PathBuf {
+    let p = dir.join("dlq").join("config.toml");
+    std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+    std::fs::write(&p, body).unwrap();
+    p
+}
