@@ -3,7 +3,6 @@
 use super::Result;
 use super::{Ctx, Format};
 use clap::Args;
-use dlq::error::DlqError;
 
 #[derive(Debug, Args)]
 pub struct MigrateArgs {}
@@ -12,17 +11,7 @@ pub async fn run(ctx: &Ctx, _args: MigrateArgs) -> Result<u8> {
     let url = ctx.database_url()?;
     let mut opts = ctx.store_options();
     opts.create = true;
-    // A new SQLite file being switched to WAL by another `dlq migrate` at this moment is
-    // busy for an instant: try again within the lock timeout.
-    let deadline = tokio::time::Instant::now() + opts.busy_timeout;
-    let store = loop {
-        match dlq::store::open(&url, &opts).await {
-            Err(DlqError::Busy(_)) if tokio::time::Instant::now() < deadline => {
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await
-            }
-            opened => break opened?,
-        }
-    };
+    let store = dlq::store::open(&url, &opts).await?;
     let applied = store.migrate().await?;
     store.close().await;
     match ctx.format {

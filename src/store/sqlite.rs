@@ -82,16 +82,28 @@ impl SqliteStore {
                 file.display()
             )));
         }
-        let pool = SqlitePoolOptions::new()
-            .max_connections(opts.max_connections.min(4))
-            .test_before_acquire(opts.long_running)
-            .acquire_timeout(opts.connect_timeout + opts.busy_timeout)
-            .connect_with(options)
-            .await
-            .map_err(|e| match db_error(e) {
-                DlqError::Busy(_) => DlqError::Busy(opts.busy_timeout),
-                other => other,
-            })?;
+        // A new file being switched to WAL by another `dlq migrate` at this moment is
+        // busy for an instant (the busy handler does not cover it): try again within the
+        // busy timeout.
+        let deadline = tokio::time::Instant::now() + opts.busy_timeout;
+        let pool = loop {
+            let pool = SqlitePoolOptions::new()
+                .max_connections(opts.max_connections.min(4))
+                .test_before_acquire(opts.long_running)
+                .acquire_timeout(opts.connect_timeout + opts.busy_timeout)
+                .connect_with(options.clone())
+                .await
+                .map_err(|e| match db_error(e) {
+                    DlqError::Busy(_) => DlqError::Busy(opts.busy_timeout),
+                    other => other,
+                });
+            match pool {
+                Err(DlqError::Busy(_)) if opts.create && tokio::time::Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(50)).await
+                }
+                pool => break pool?,
+            }
+        };
         Ok(SqliteStore {
             pool,
             busy: opts.busy_timeout,
