@@ -281,12 +281,15 @@ fn fit(header: &[String], rows: &[Vec<String>], width: usize) -> Vec<usize> {
             .max()
             .unwrap_or(0)
     };
-    let need = |i: usize| match header[i].as_str() {
-        h if FREE_TEXT.contains(&h) => natural(i).min(min_width(h)),
-        _ => natural(i),
-    };
+    // Each column's width, measured once over the rows.
+    let need: Vec<usize> = (0..header.len())
+        .map(|i| match header[i].as_str() {
+            h if FREE_TEXT.contains(&h) => natural(i).min(min_width(h)),
+            _ => natural(i),
+        })
+        .collect();
     let mut kept: Vec<usize> = (0..header.len()).collect();
-    let total = |kept: &[usize]| kept.iter().map(|&i| need(i) + 3).sum::<usize>() + 1;
+    let total = |kept: &[usize]| kept.iter().map(|&i| need[i] + 3).sum::<usize>() + 1;
     while total(&kept) > width {
         let next = LEAVE_OUT_FIRST
             .iter()
@@ -459,7 +462,7 @@ impl Serialize for Base64<'_> {
 }
 
 /// Bodies larger than this are cut in the table view (JSON always carries all of it).
-const MAX_SHOWN_BODY: usize = 64 * 1024;
+pub const MAX_SHOWN_BODY: usize = 64 * 1024;
 
 /// Pretty JSON when the body is JSON, text when UTF-8, else a hex dump; cut when large.
 pub fn render_body(body: &[u8]) -> String {

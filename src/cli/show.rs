@@ -1,6 +1,6 @@
 //! `dlq show ID`: everything about one dead letter.
 
-use super::output::{opt, render_body, time, Base64};
+use super::output::{opt, render_body, time, Base64, MAX_SHOWN_BODY};
 use super::report::{emit, StepReport};
 use super::Result;
 use super::{Ctx, Format};
@@ -173,10 +173,11 @@ fn render_markdown(row: &DeadLetter, history: &[HistoryEntry]) -> String {
     let headers = serde_json::to_string_pretty(&row.headers()).unwrap_or_default();
     out.push_str(&format!("\n#### Headers\n\n{}", fenced("json", &headers)));
     let body = render_body(&row.body);
-    let lang = match serde_json::from_slice::<serde_json::Value>(&row.body) {
-        Ok(_) => "json",
-        Err(_) => "text",
-    };
+    // `render_body` pretty-prints a JSON body only when it shows it whole: parse again
+    // only then, never a body too large to show.
+    let json = row.body.len() <= MAX_SHOWN_BODY
+        && serde_json::from_slice::<serde::de::IgnoredAny>(&row.body).is_ok();
+    let lang = if json { "json" } else { "text" };
     out.push_str(&format!("\n#### Body\n\n{}", fenced(lang, body.trim_end())));
     out.push_str("\n#### History\n\n");
     if history.is_empty() {
