@@ -360,7 +360,7 @@ def letters(queue, n, prefix):
 
 def replay(args, report):
     with scratch() as (queue, db, tmp):
-        rows = []
+        rows, connects = [], []
         pg = f"postgres://postgres@127.0.0.1:5432/{db}"
         for n, (name, url) in enumerate((("PostgreSQL (sslmode=prefer: TLS on this server)", pg),
                                          ("PostgreSQL (sslmode=disable)", pg + "?sslmode=disable"),
@@ -369,6 +369,8 @@ def replay(args, report):
             prefix = f"r{n}-"
             run([DLQ, "migrate"], env=env)
             run([DLQ, "import", "-"], env=env, stdin=letters(queue, args.replays + 1, prefix))
+            # The cost of a connection (and its TLS handshake) alone: sqlx 0.9.0 added ~90 ms.
+            connects.append(f"| {name} | {ms(timed([DLQ, 'list', '--limit', '1'], args.runs, env=env))} |")
             times = []
             for i in range(args.replays + 1):
                 t = time.perf_counter()
@@ -384,6 +386,12 @@ def replay(args, report):
         report.append("| store | p50 | p90 | target p50 |")
         report.append("|---|---|---|---|")
         report.extend(rows)
+        report.append("")
+        report.append(f"`dlq list --limit 1` as a process (connect, one query; median of {args.runs}):")
+        report.append("")
+        report.append("| store | median |")
+        report.append("|---|---|")
+        report.extend(connects)
 
 
 def plan(args, report):

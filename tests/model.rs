@@ -145,7 +145,7 @@ impl Harness {
         match self.backend {
             Backend::Postgres => {
                 let pool = sqlx::PgPool::connect(&self.url).await.unwrap();
-                let mut query = sqlx::query(sqlx::AssertSqlSafe(q.to_string()));
+                let mut query = sqlx::query(q);
                 if q.contains("$1") {
                     query = query.bind(arg);
                 }
@@ -154,7 +154,7 @@ impl Harness {
             }
             Backend::Sqlite => {
                 let pool = sqlx::SqlitePool::connect(&self.url).await.unwrap();
-                let mut query = sqlx::query(sqlx::AssertSqlSafe(q.to_string()));
+                let mut query = sqlx::query(q);
                 if q.contains("?1") {
                     query = query.bind(arg);
                 }

@@ -857,11 +857,11 @@ fn insert_while(db: &TestDb, n: i64, running: impl Fn() -> bool) -> (usize, usiz
             let pool = $pool;
             let (mut inserted, mut mid) = (0usize, 0usize);
             while running() && inserted < 1_000_000 {
-                sqlx::query(sqlx::AssertSqlSafe(format!(
+                sqlx::query(&format!(
                     "INSERT INTO dead_letters (id, body, reason, attempts, headers_json) \
                      VALUES ('new-{inserted:07}', {}, 'retries_exhausted', 1, '{{}}')",
                     $blob
-                )))
+                ))
                 .execute(&pool)
                 .await
                 .unwrap();

@@ -13,7 +13,7 @@ use chrono::{DateTime, Utc};
 use futures_util::stream::BoxStream;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions, PgRow};
 use sqlx::query::Query;
-use sqlx::{AssertSqlSafe, Postgres};
+use sqlx::Postgres;
 use sqlx::{ConnectOptions, QueryBuilder, Row};
 use std::str::FromStr;
 use std::time::Duration;
@@ -107,7 +107,7 @@ impl Dialect for Postgres {
          FROM dead_letter_history h WHERE h.dead_letter_id = dead_letters.id)";
     const UNBOUNDED: Option<&'static str> = Some("SET LOCAL statement_timeout = 0");
 
-    fn bind(qb: &mut QueryBuilder<Self>, value: Bind) {
+    fn bind(qb: &mut QueryBuilder<'static, Self>, value: Bind) {
         match value {
             Bind::Text(v) => qb.push_bind(v),
             Bind::Int(v) => qb.push_bind(v),
@@ -116,7 +116,7 @@ impl Dialect for Postgres {
         };
     }
 
-    fn push_ids(qb: &mut QueryBuilder<Self>, ids: &[String]) {
+    fn push_ids(qb: &mut QueryBuilder<'static, Self>, ids: &[String]) {
         qb.push("id = ANY(");
         qb.push_bind(ids.to_vec());
         qb.push(")");
@@ -126,7 +126,7 @@ impl Dialect for Postgres {
         format!("date_trunc('{unit}', dead_lettered_at)")
     }
 
-    fn push_contains(qb: &mut QueryBuilder<Self>, doc: Doc, needle: Bind) {
+    fn push_contains(qb: &mut QueryBuilder<'static, Self>, doc: Doc, needle: Bind) {
         match doc {
             Doc::Body => qb.push("position("),
             Doc::Headers => qb.push("strpos(headers_json, "),
@@ -154,7 +154,7 @@ impl Dialect for Postgres {
         }
     }
 
-    fn push_json_match(qb: &mut QueryBuilder<Self>, doc: Doc, path: &[&str], m: &ContentMatch) {
+    fn push_json_match(qb: &mut QueryBuilder<'static, Self>, doc: Doc, path: &[&str], m: &ContentMatch) {
         qb.push(match doc {
             Doc::Body => "dlq_json_match(convert_from(body, 'UTF8'), ",
             _ => "dlq_json_match(headers_json, ",
@@ -189,7 +189,7 @@ impl Dialect for Postgres {
 
     fn fetch<'e>(
         conn: &'e mut PgConnection,
-        query: Query<'e, Self, Self::Arguments>,
+        query: Query<'e, Self, <Self as sqlx::Database>::Arguments<'static>>,
     ) -> BoxStream<'e, std::result::Result<PgRow, sqlx::Error>> {
         query.fetch(conn)
     }
@@ -312,7 +312,7 @@ impl Store for PgStore {
                     r.line, r.attempts
                 ))
             })?;
-            let res = sqlx::query(AssertSqlSafe(sql.as_str()))
+            let res = sqlx::query(sql.as_str())
                 .bind(&r.id)
                 // Moved, not copied: a body may be tens of MiB.
                 .bind(std::mem::take(&mut r.body))
@@ -388,7 +388,7 @@ impl Store for PgStore {
             whole_row_columns::<Postgres>(),
             insert_history(4, Some("c"))
         );
-        let query = sqlx::query(AssertSqlSafe(sql.as_str()))
+        let query = sqlx::query(sql.as_str())
             .bind(ids)
             .bind(token)
             .bind(lease.as_millis() as i64);
@@ -418,7 +418,7 @@ impl Store for PgStore {
              RETURNING id",
             4,
         );
-        let query = sqlx::query(AssertSqlSafe(sql.as_str()))
+        let query = sqlx::query(sql.as_str())
             .bind(ids)
             .bind(token)
             .bind(new_token)
@@ -441,7 +441,7 @@ impl Store for PgStore {
             2,
         );
         self.step(
-            sqlx::query(AssertSqlSafe(sql.as_str()))
+            sqlx::query(sql.as_str())
                 .bind(ids)
                 .bind(token),
             history,
@@ -464,7 +464,7 @@ impl Store for PgStore {
              RETURNING id",
             3,
         );
-        let query = sqlx::query(AssertSqlSafe(sql.as_str()))
+        let query = sqlx::query(sql.as_str())
             .bind(ids)
             .bind(token)
             .bind(error);
@@ -489,7 +489,7 @@ impl Store for PgStore {
              RETURNING id",
             4,
         );
-        let query = sqlx::query(AssertSqlSafe(sql.as_str()))
+        let query = sqlx::query(sql.as_str())
             .bind(ids)
             .bind(token)
             .bind(error)
@@ -517,7 +517,7 @@ impl Store for PgStore {
             ),
             1,
         );
-        self.step(sqlx::query(AssertSqlSafe(sql.as_str())).bind(ids), history)
+        self.step(sqlx::query(sql.as_str()).bind(ids), history)
             .await
     }
 
@@ -525,7 +525,8 @@ impl Store for PgStore {
         if entries.is_empty() {
             return Ok(());
         }
-        bind_history(sqlx::query(AssertSqlSafe(insert_history(1, None))), entries)
+        let sql = insert_history(1, None);
+        bind_history(sqlx::query(&sql), entries)
             .execute(&self.pool)
             .await
             .map_err(db_error)?;
@@ -634,7 +635,7 @@ impl Store for PgStore {
             2,
         );
         self.step(
-            sqlx::query(AssertSqlSafe(sql.as_str()))
+            sqlx::query(sql.as_str())
                 .bind(ids)
                 .bind(note),
             history,
@@ -651,7 +652,7 @@ impl Store for PgStore {
             ),
             1,
         );
-        self.step(sqlx::query(AssertSqlSafe(sql.as_str())).bind(ids), history)
+        self.step(sqlx::query(sql.as_str()).bind(ids), history)
             .await
     }
 

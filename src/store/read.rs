@@ -51,19 +51,19 @@ pub trait Dialect: Database {
     /// Run before the export's one statement, in its transaction (none: no transaction).
     const UNBOUNDED: Option<&'static str>;
 
-    fn bind(qb: &mut QueryBuilder<Self>, value: Bind);
+    fn bind(qb: &mut QueryBuilder<'static, Self>, value: Bind);
     /// `id` is one of `ids`.
-    fn push_ids(qb: &mut QueryBuilder<Self>, ids: &[String]);
+    fn push_ids(qb: &mut QueryBuilder<'static, Self>, ids: &[String]);
     /// The start of the hour or day (`unit`) of `dead_lettered_at`.
     fn bucket(unit: &str) -> String;
     /// `doc` contains `needle` (bytes for the body, text otherwise).
-    fn push_contains(qb: &mut QueryBuilder<Self>, doc: Doc, needle: Bind);
+    fn push_contains(qb: &mut QueryBuilder<'static, Self>, doc: Doc, needle: Bind);
     /// `doc` holds a backslash (an escape may hide a needle).
     fn backslash_in(doc: Doc) -> &'static str;
     /// The conditions, before and after the byte tests, under which `doc` is parsed.
     fn json_guard(doc: Doc) -> (&'static str, &'static str);
     /// The value at `path` in the JSON object `doc` matches `m` (see [`ContentMatch`]).
-    fn push_json_match(qb: &mut QueryBuilder<Self>, doc: Doc, path: &[&str], m: &ContentMatch);
+    fn push_json_match(qb: &mut QueryBuilder<'static, Self>, doc: Doc, path: &[&str], m: &ContentMatch);
 
     /// A text column; `lossy`: invalid UTF-8 becomes U+FFFD instead of an error.
     fn text(row: &Self::Row, col: &str, lossy: bool) -> Decoded<Option<String>>;
@@ -72,7 +72,7 @@ pub trait Dialect: Database {
     fn bytes<'r>(row: &'r Self::Row, col: &str) -> Decoded<&'r [u8]>;
     fn fetch<'e>(
         conn: &'e mut Self::Connection,
-        query: Query<'e, Self, Self::Arguments>,
+        query: Query<'e, Self, <Self as Database>::Arguments<'static>>,
     ) -> BoxStream<'e, Decoded<Self::Row>>;
 }
 
@@ -157,7 +157,7 @@ pub trait Reads: Send + Sync {
 /// `--field` first look for their texts in the raw bytes (a cheap test that never rules
 /// out a match, see [`ContentMatch::needles`]; SQLite evaluates AND from the left), and
 /// parse the JSON only where the dialect's guard says it parses.
-pub(crate) fn push_where<D: Dialect>(qb: &mut QueryBuilder<D>, f: &Filter) {
+pub(crate) fn push_where<D: Dialect>(qb: &mut QueryBuilder<'static, D>, f: &Filter) {
     qb.push(" WHERE 1=1");
     for (col, val) in [
         ("reason", &f.reason),
@@ -350,7 +350,7 @@ type Row<B> = <<B as Backend>::Db as Database>::Row;
 /// Runs a query on one pooled connection and hands each row to `f`.
 async fn each<B: Backend>(
     b: &B,
-    qb: &mut QueryBuilder<B::Db>,
+    qb: &mut QueryBuilder<'static, B::Db>,
     mut f: impl FnMut(&Row<B>) -> Result<()> + Send,
 ) -> Result<u64> {
     let mut conn = b.pool().acquire().await.map_err(|e| b.db_err(e))?;
@@ -365,7 +365,7 @@ async fn each<B: Backend>(
 
 async fn all<B: Backend, T: Send>(
     b: &B,
-    qb: &mut QueryBuilder<B::Db>,
+    qb: &mut QueryBuilder<'static, B::Db>,
     decode: impl Fn(&Row<B>) -> Decoded<T> + Send + Sync,
 ) -> Result<Vec<T>> {
     let mut out = Vec::new();
@@ -377,18 +377,18 @@ async fn all<B: Backend, T: Send>(
     Ok(out)
 }
 
-async fn count_of<B: Backend>(b: &B, qb: &mut QueryBuilder<B::Db>) -> Result<i64> {
+async fn count_of<B: Backend>(b: &B, qb: &mut QueryBuilder<'static, B::Db>) -> Result<i64> {
     let n = all(b, qb, |r| B::Db::int(r, "n")).await?;
     Ok(n.first().copied().unwrap_or_default())
 }
 
-fn select<D: Dialect>(columns: &str, filter: &Filter) -> QueryBuilder<D> {
+fn select<D: Dialect>(columns: &str, filter: &Filter) -> QueryBuilder<'static, D> {
     let mut qb = QueryBuilder::new(format!("SELECT {columns} FROM dead_letters"));
     push_where(&mut qb, filter);
     qb
 }
 
-fn by_ids<D: Dialect>(columns: &str, ids: &[String]) -> QueryBuilder<D> {
+fn by_ids<D: Dialect>(columns: &str, ids: &[String]) -> QueryBuilder<'static, D> {
     let mut qb = QueryBuilder::new(format!("SELECT {columns} FROM dead_letters WHERE "));
     D::push_ids(&mut qb, ids);
     qb
@@ -651,7 +651,7 @@ impl<B: Backend> Reads for B {
         // Not bound by --statement-timeout, which is meant for statements that hold locks
         // (this one takes none that writers wait on).
         let mut tx = self.pool().begin().await.map_err(err)?;
-        B::Db::fetch(&mut tx, sqlx::query(setup))
+        B::Db::fetch(&mut tx, QueryBuilder::new(setup).build())
             .try_collect::<Vec<_>>()
             .await
             .map_err(err)?;

@@ -20,7 +20,7 @@ use sqlx::sqlite::{
     SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
     SqliteRow, SqliteSynchronous,
 };
-use sqlx::{AssertSqlSafe, Sqlite};
+use sqlx::Sqlite;
 use sqlx::{ConnectOptions, QueryBuilder, Row};
 use std::collections::HashSet;
 use std::str::FromStr;
@@ -129,7 +129,7 @@ impl SqliteStore {
     /// the rows it changed, in one write transaction.
     async fn step<'q>(
         &self,
-        query: sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments>,
+        query: sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments<'q>>,
         history: &[NewHistory],
     ) -> Result<Vec<String>> {
         let mut tx = self.begin_write().await?;
@@ -173,7 +173,7 @@ impl Dialect for Sqlite {
     // In WAL mode one statement never blocks a writer: no transaction needed.
     const UNBOUNDED: Option<&'static str> = None;
 
-    fn bind(qb: &mut QueryBuilder<Self>, value: Bind) {
+    fn bind(qb: &mut QueryBuilder<'static, Self>, value: Bind) {
         match value {
             Bind::Text(v) => qb.push_bind(v),
             Bind::Int(v) => qb.push_bind(v),
@@ -182,7 +182,7 @@ impl Dialect for Sqlite {
         };
     }
 
-    fn push_ids(qb: &mut QueryBuilder<Self>, ids: &[String]) {
+    fn push_ids(qb: &mut QueryBuilder<'static, Self>, ids: &[String]) {
         qb.push("id IN (SELECT value FROM json_each(");
         qb.push_bind(ids_json(ids));
         qb.push("))");
@@ -197,7 +197,7 @@ impl Dialect for Sqlite {
         format!("(dead_lettered_at / {size}) * {size}")
     }
 
-    fn push_contains(qb: &mut QueryBuilder<Self>, doc: Doc, needle: Bind) {
+    fn push_contains(qb: &mut QueryBuilder<'static, Self>, doc: Doc, needle: Bind) {
         qb.push(match doc {
             Doc::Body => "instr(body, ",
             Doc::Headers => "instr(headers_json, ",
@@ -226,7 +226,7 @@ impl Dialect for Sqlite {
 
     /// A string as its value, an array or object as JSON, anything else as its JSON text
     /// as written (`->` keeps a number's text).
-    fn push_json_match(qb: &mut QueryBuilder<Self>, doc: Doc, path: &[&str], m: &ContentMatch) {
+    fn push_json_match(qb: &mut QueryBuilder<'static, Self>, doc: Doc, path: &[&str], m: &ContentMatch) {
         let doc = if doc == Doc::Body {
             "CAST(body AS TEXT)"
         } else {
@@ -283,7 +283,7 @@ impl Dialect for Sqlite {
 
     fn fetch<'e>(
         conn: &'e mut SqliteConnection,
-        query: Query<'e, Self, Self::Arguments>,
+        query: Query<'e, Self, <Self as sqlx::Database>::Arguments<'static>>,
     ) -> BoxStream<'e, std::result::Result<SqliteRow, sqlx::Error>> {
         query.fetch(conn)
     }
@@ -386,7 +386,7 @@ impl Store for SqliteStore {
             if skip_existing { "OR IGNORE" } else { "" }
         );
         for mut r in rows {
-            let res = sqlx::query(AssertSqlSafe(sql.as_str()))
+            let res = sqlx::query(sql.as_str())
                 .bind(&r.id)
                 // Moved, not copied: a body may be tens of MiB.
                 .bind(std::mem::take(&mut r.body))
@@ -455,13 +455,18 @@ impl Store for SqliteStore {
         let mut tx = self.begin_write().await?;
         // RETURNING id only: SQLite materializes every RETURNING row before the first is
         // read, so returning the body would copy it once more (docs/performance.md).
-        let claimed: Vec<String> = sqlx::query_scalar(AssertSqlSafe(format!(
+        let claim = format!(
             "UPDATE dead_letters SET replay_claim_owner = ?2, \
                  replay_claim_expires_at = {NOW_MS} + ?3 \
              WHERE {IN_IDS} AND {} \
              RETURNING id",
             state_predicate(State::Pending, NOW_MS),
-        )))
+        );
+        let select = format!(
+            "SELECT {} FROM dead_letters WHERE {IN_IDS}",
+            whole_row_columns::<Sqlite>()
+        );
+        let claimed: Vec<String> = sqlx::query_scalar(&claim)
         .bind(ids_json(ids))
         .bind(token)
         .bind(lease.as_millis() as i64)
@@ -470,10 +475,7 @@ impl Store for SqliteStore {
         .map_err(self.err())?;
         let rows = match claimed.is_empty() {
             true => Vec::new(),
-            false => sqlx::query(AssertSqlSafe(format!(
-                "SELECT {} FROM dead_letters WHERE {IN_IDS}",
-                whole_row_columns::<Sqlite>()
-            )))
+            false => sqlx::query(&select)
             .bind(ids_json(&claimed))
             .fetch_all(&mut *tx)
             .await
@@ -508,7 +510,7 @@ impl Store for SqliteStore {
                AND replay_claim_expires_at > {NOW_MS} + ?4 \
              RETURNING id"
         );
-        let query = sqlx::query(AssertSqlSafe(sql.as_str()))
+        let query = sqlx::query(sql.as_str())
             .bind(ids_json(ids))
             .bind(token.to_string())
             .bind(new_token.to_string())
@@ -529,7 +531,7 @@ impl Store for SqliteStore {
                AND replay_attempt_at IS NOT NULL \
              RETURNING id"
         );
-        let query = sqlx::query(AssertSqlSafe(sql.as_str()))
+        let query = sqlx::query(sql.as_str())
             .bind(ids_json(ids))
             .bind(token.to_string());
         self.step(query, history).await
@@ -549,7 +551,7 @@ impl Store for SqliteStore {
                AND replay_claim_expires_at > {NOW_MS} \
              RETURNING id"
         );
-        let query = sqlx::query(AssertSqlSafe(sql.as_str()))
+        let query = sqlx::query(sql.as_str())
             .bind(ids_json(ids))
             .bind(token.to_string())
             .bind(error.map(str::to_string));
@@ -573,7 +575,7 @@ impl Store for SqliteStore {
                AND replay_attempt_at IS NOT NULL \
              RETURNING id"
         );
-        let query = sqlx::query(AssertSqlSafe(sql.as_str()))
+        let query = sqlx::query(sql.as_str())
             .bind(ids_json(ids))
             .bind(token.to_string())
             .bind(error.to_string())
@@ -600,7 +602,7 @@ impl Store for SqliteStore {
             state_predicate(State::Uncertain, NOW_MS)
         );
         self.step(
-            sqlx::query(AssertSqlSafe(sql.as_str())).bind(ids_json(ids)),
+            sqlx::query(sql.as_str()).bind(ids_json(ids)),
             history,
         )
         .await
@@ -699,7 +701,7 @@ impl Store for SqliteStore {
              WHERE {IN_IDS} AND {} RETURNING id",
             state_predicate(State::Pending, NOW_MS)
         );
-        let query = sqlx::query(AssertSqlSafe(sql.as_str()))
+        let query = sqlx::query(sql.as_str())
             .bind(ids_json(ids))
             .bind(note.to_string());
         self.step(query, history).await
@@ -712,7 +714,7 @@ impl Store for SqliteStore {
             state_predicate(State::Discarded, NOW_MS)
         );
         self.step(
-            sqlx::query(AssertSqlSafe(sql.as_str())).bind(ids_json(ids)),
+            sqlx::query(sql.as_str()).bind(ids_json(ids)),
             history,
         )
         .await

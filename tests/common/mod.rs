@@ -75,7 +75,7 @@ impl TestDb {
                     let pool = sqlx::PgPool::connect(PG_ADMIN)
                         .await
                         .expect("PostgreSQL at 127.0.0.1:5432");
-                    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+                    sqlx::query(&format!("CREATE DATABASE {name}"))
                         .execute(&pool)
                         .await
                         .unwrap();
@@ -154,7 +154,7 @@ impl TestDb {
     pub fn sql(&self, statements: &[&str]) {
         with_pool!(self, pool, {
             for s in statements {
-                sqlx::query(sqlx::AssertSqlSafe(s.to_string()))
+                sqlx::query(s)
                     .execute(&pool)
                     .await
                     .unwrap_or_else(|e| panic!("{s}: {e}"));
@@ -165,7 +165,7 @@ impl TestDb {
     /// One integer from a query.
     pub fn scalar(&self, q: &str) -> i64 {
         with_pool!(self, pool, {
-            sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(q.to_string()))
+            sqlx::query_scalar::<_, i64>(q)
                 .fetch_one(&pool)
                 .await
                 .unwrap()
@@ -203,11 +203,9 @@ impl Drop for TestDb {
             let name = name.clone();
             rt().block_on(async move {
                 if let Ok(pool) = sqlx::PgPool::connect(PG_ADMIN).await {
-                    let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
-                        "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
-                    )))
-                    .execute(&pool)
-                    .await;
+                    let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                        .execute(&pool)
+                        .await;
                     pool.close().await;
                 }
             });
