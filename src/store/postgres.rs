@@ -1,6 +1,8 @@
 //! PostgreSQL: all of its SQL. Times are `timestamptz`; the clock is `now()`.
 
-use super::read::{push_where, whole_row, whole_row_columns, Backend, Bind, Dialect, Doc};
+use super::read::{
+    import_history, push_where, whole_row, whole_row_columns, Backend, Bind, Dialect, Doc,
+};
 use super::{
     check_prune_filter, db_error, is_row_error, migration_error, newly_applied, state_predicate,
     CaptureOutcome, CapturedLetter, ImportReport, NewDeadLetter, Store, StoreOptions,
@@ -110,6 +112,7 @@ impl Dialect for Postgres {
     fn bind(qb: &mut QueryBuilder<'static, Self>, value: Bind) {
         match value {
             Bind::Text(v) => qb.push_bind(v),
+            Bind::OptText(v) => qb.push_bind(v),
             Bind::Int(v) => qb.push_bind(v),
             Bind::Bytes(v) => qb.push_bind(v),
             Bind::Time(v) => qb.push_bind(v),
@@ -154,7 +157,12 @@ impl Dialect for Postgres {
         }
     }
 
-    fn push_json_match(qb: &mut QueryBuilder<'static, Self>, doc: Doc, path: &[&str], m: &ContentMatch) {
+    fn push_json_match(
+        qb: &mut QueryBuilder<'static, Self>,
+        doc: Doc,
+        path: &[&str],
+        m: &ContentMatch,
+    ) {
         qb.push(match doc {
             Doc::Body => "dlq_json_match(convert_from(body, 'UTF8'), ",
             _ => "dlq_json_match(headers_json, ",
@@ -240,33 +248,6 @@ fn step_sql(update: &str, n: usize) -> String {
     )
 }
 
-/// The history of an imported row, restored as it was exported (a row that comes without
-/// its history has none here).
-async fn import_history(
-    conn: &mut sqlx::PgConnection,
-    r: &NewDeadLetter,
-) -> std::result::Result<(), sqlx::Error> {
-    for h in r.history.as_deref().unwrap_or_default() {
-        sqlx::query(
-            "INSERT INTO dead_letter_history (dead_letter_id, at, operator, action, \
-             outcome, detail, target, plan_id, token_ref) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-        )
-        .bind(&r.id)
-        .bind(h.at)
-        .bind(&h.operator)
-        .bind(&h.action)
-        .bind(&h.outcome)
-        .bind(&h.detail)
-        .bind(&h.target)
-        .bind(&h.plan_id)
-        .bind(&h.token_ref)
-        .execute(&mut *conn)
-        .await?;
-    }
-    Ok(())
-}
-
 type PgQuery<'q> = sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>;
 
 impl PgStore {
@@ -340,7 +321,7 @@ impl Store for PgStore {
                 Ok(done) if done.rows_affected() == 0 => report.skipped_existing += 1,
                 Ok(_) => {
                     report.imported += 1;
-                    import_history(&mut tx, &r).await.map_err(|e| {
+                    import_history::<Postgres>(&mut tx, &r).await.map_err(|e| {
                         DlqError::other(format!(
                             "line {}: {} (nothing was imported)",
                             r.line,
@@ -440,13 +421,8 @@ impl Store for PgStore {
              RETURNING id",
             2,
         );
-        self.step(
-            sqlx::query(sql.as_str())
-                .bind(ids)
-                .bind(token),
-            history,
-        )
-        .await
+        self.step(sqlx::query(sql.as_str()).bind(ids).bind(token), history)
+            .await
     }
 
     async fn release(
@@ -464,10 +440,7 @@ impl Store for PgStore {
              RETURNING id",
             3,
         );
-        let query = sqlx::query(sql.as_str())
-            .bind(ids)
-            .bind(token)
-            .bind(error);
+        let query = sqlx::query(sql.as_str()).bind(ids).bind(token).bind(error);
         self.step(query, history).await
     }
 
@@ -634,13 +607,8 @@ impl Store for PgStore {
             ),
             2,
         );
-        self.step(
-            sqlx::query(sql.as_str())
-                .bind(ids)
-                .bind(note),
-            history,
-        )
-        .await
+        self.step(sqlx::query(sql.as_str()).bind(ids).bind(note), history)
+            .await
     }
 
     async fn restore(&self, ids: &[String], history: &[NewHistory]) -> Result<Vec<String>> {

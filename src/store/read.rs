@@ -26,6 +26,7 @@ type Decoded<T> = std::result::Result<T, sqlx::Error>;
 /// A value bound by the shared reads; each dialect binds it as its type.
 pub enum Bind {
     Text(String),
+    OptText(Option<String>),
     Int(i64),
     Bytes(Vec<u8>),
     Time(DateTime<Utc>),
@@ -63,7 +64,12 @@ pub trait Dialect: Database {
     /// The conditions, before and after the byte tests, under which `doc` is parsed.
     fn json_guard(doc: Doc) -> (&'static str, &'static str);
     /// The value at `path` in the JSON object `doc` matches `m` (see [`ContentMatch`]).
-    fn push_json_match(qb: &mut QueryBuilder<'static, Self>, doc: Doc, path: &[&str], m: &ContentMatch);
+    fn push_json_match(
+        qb: &mut QueryBuilder<'static, Self>,
+        doc: Doc,
+        path: &[&str],
+        m: &ContentMatch,
+    );
 
     /// A text column; `lossy`: invalid UTF-8 becomes U+FFFD instead of an error.
     fn text(row: &Self::Row, col: &str, lossy: bool) -> Decoded<Option<String>>;
@@ -343,6 +349,37 @@ fn exported<D: Dialect>(row: &D::Row) -> Result<NewDeadLetter> {
         history: Some(super::parse_history_json(history.as_deref())?),
         ..r
     })
+}
+
+/// Inserts the history an import line carried, as exported (its times kept).
+pub(crate) async fn import_history<D: Dialect>(
+    conn: &mut D::Connection,
+    r: &NewDeadLetter,
+) -> Decoded<()> {
+    for h in r.history.as_deref().unwrap_or_default() {
+        let mut qb = QueryBuilder::new(
+            "INSERT INTO dead_letter_history (dead_letter_id, at, operator, action, outcome, \
+             detail, target, plan_id, token_ref) VALUES (",
+        );
+        let values = [
+            Bind::Text(r.id.clone()),
+            Bind::Time(h.at),
+            Bind::Text(h.operator.clone()),
+            Bind::Text(h.action.clone()),
+            Bind::Text(h.outcome.clone()),
+            Bind::OptText(h.detail.clone()),
+            Bind::OptText(h.target.clone()),
+            Bind::OptText(h.plan_id.clone()),
+            Bind::OptText(h.token_ref.clone()),
+        ];
+        for (i, v) in values.into_iter().enumerate() {
+            qb.push(if i == 0 { "" } else { ", " });
+            D::bind(&mut qb, v);
+        }
+        qb.push(")");
+        D::fetch(conn, qb.build()).try_collect::<Vec<_>>().await?;
+    }
+    Ok(())
 }
 
 type Row<B> = <<B as Backend>::Db as Database>::Row;

@@ -4,7 +4,9 @@
 //! mark is one UPDATE plus its history), so two processes never deadlock on a lock upgrade.
 //! ID sets are bound as one JSON array (`json_each`), so a batch needs one parameter.
 
-use super::read::{push_where, whole_row, whole_row_columns, Backend, Bind, Dialect, Doc};
+use super::read::{
+    import_history, push_where, whole_row, whole_row_columns, Backend, Bind, Dialect, Doc,
+};
 use super::{
     check_prune_filter, db_error, is_row_error, migration_error, newly_applied, state_predicate,
     CaptureOutcome, CapturedLetter, ImportReport, NewDeadLetter, Store, StoreOptions,
@@ -176,6 +178,7 @@ impl Dialect for Sqlite {
     fn bind(qb: &mut QueryBuilder<'static, Self>, value: Bind) {
         match value {
             Bind::Text(v) => qb.push_bind(v),
+            Bind::OptText(v) => qb.push_bind(v),
             Bind::Int(v) => qb.push_bind(v),
             Bind::Bytes(v) => qb.push_bind(v),
             Bind::Time(v) => qb.push_bind(to_ms(v)),
@@ -226,7 +229,12 @@ impl Dialect for Sqlite {
 
     /// A string as its value, an array or object as JSON, anything else as its JSON text
     /// as written (`->` keeps a number's text).
-    fn push_json_match(qb: &mut QueryBuilder<'static, Self>, doc: Doc, path: &[&str], m: &ContentMatch) {
+    fn push_json_match(
+        qb: &mut QueryBuilder<'static, Self>,
+        doc: Doc,
+        path: &[&str],
+        m: &ContentMatch,
+    ) {
         let doc = if doc == Doc::Body {
             "CAST(body AS TEXT)"
         } else {
@@ -322,33 +330,6 @@ async fn insert_history(
     Ok(())
 }
 
-/// The history of an imported row, restored as it was exported (a row that comes without
-/// its history has none here).
-async fn import_history(
-    conn: &mut SqliteConnection,
-    r: &NewDeadLetter,
-) -> std::result::Result<(), sqlx::Error> {
-    for h in r.history.as_deref().unwrap_or_default() {
-        sqlx::query(
-            "INSERT INTO dead_letter_history (dead_letter_id, at, operator, action, \
-             outcome, detail, target, plan_id, token_ref) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-        )
-        .bind(&r.id)
-        .bind(to_ms(h.at))
-        .bind(&h.operator)
-        .bind(&h.action)
-        .bind(&h.outcome)
-        .bind(&h.detail)
-        .bind(&h.target)
-        .bind(&h.plan_id)
-        .bind(&h.token_ref)
-        .execute(&mut *conn)
-        .await?;
-    }
-    Ok(())
-}
-
 #[async_trait]
 impl Store for SqliteStore {
     async fn migrate(&self) -> Result<Vec<String>> {
@@ -414,7 +395,7 @@ impl Store for SqliteStore {
                 Ok(done) if done.rows_affected() == 0 => report.skipped_existing += 1,
                 Ok(_) => {
                     report.imported += 1;
-                    import_history(&mut tx, &r).await.map_err(|e| {
+                    import_history::<Sqlite>(&mut tx, &r).await.map_err(|e| {
                         DlqError::other(format!(
                             "line {}: {} (nothing was imported)",
                             r.line,
@@ -467,19 +448,19 @@ impl Store for SqliteStore {
             whole_row_columns::<Sqlite>()
         );
         let claimed: Vec<String> = sqlx::query_scalar(&claim)
-        .bind(ids_json(ids))
-        .bind(token)
-        .bind(lease.as_millis() as i64)
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(self.err())?;
+            .bind(ids_json(ids))
+            .bind(token)
+            .bind(lease.as_millis() as i64)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(self.err())?;
         let rows = match claimed.is_empty() {
             true => Vec::new(),
             false => sqlx::query(&select)
-            .bind(ids_json(&claimed))
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(self.err())?,
+                .bind(ids_json(&claimed))
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(self.err())?,
         };
         let claimed = rows
             .iter()
@@ -601,11 +582,8 @@ impl Store for SqliteStore {
              RETURNING id",
             state_predicate(State::Uncertain, NOW_MS)
         );
-        self.step(
-            sqlx::query(sql.as_str()).bind(ids_json(ids)),
-            history,
-        )
-        .await
+        self.step(sqlx::query(sql.as_str()).bind(ids_json(ids)), history)
+            .await
     }
 
     async fn append_history(&self, entries: &[NewHistory]) -> Result<()> {
@@ -713,11 +691,8 @@ impl Store for SqliteStore {
              WHERE {IN_IDS} AND {} RETURNING id",
             state_predicate(State::Discarded, NOW_MS)
         );
-        self.step(
-            sqlx::query(sql.as_str()).bind(ids_json(ids)),
-            history,
-        )
-        .await
+        self.step(sqlx::query(sql.as_str()).bind(ids_json(ids)), history)
+            .await
     }
 
     async fn prune_batch(
