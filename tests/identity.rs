@@ -365,3 +365,25 @@ fn a_body_object_after_long_leading_whitespace_gives_its_fields() {
         );
     }
 }
+
+/// `dlq` gives the values with its INSERTs so that SQLite's trigger need not write the
+/// row again; the trigger still derives them: a wrong value given is replaced.
+#[test]
+fn sqlite_identity_values_given_with_an_insert_are_checked() {
+    use serde_json::json;
+    let db = TestDb::migrated(Backend::Sqlite);
+    let body = body_sql(
+        Backend::Sqlite,
+        r#"{"producer":"svc-a","schema_version":2}"#,
+    );
+    db.sql(&[&format!(
+        "INSERT INTO dead_letters (id, body, reason, attempts, headers_json, \
+         eff_producer, eff_schema_version, eff_event_id) \
+         VALUES ('h1', {body}, 'poison_message', 1, '{{\"x-event-id\":\"e\"}}', \
+         'wrong', NULL, 'e')"
+    )]);
+    assert_eq!(
+        identity(&db, "h1"),
+        [json!("svc-a"), json!("2"), json!("e")]
+    );
+}
