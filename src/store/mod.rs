@@ -8,6 +8,7 @@
 //!   caller's claim token, so a stale token can neither mark nor release;
 //! - reads never touch `body` except where the body is the point (`show`, `plan`, replay).
 
+mod identity;
 pub mod postgres;
 pub mod read;
 pub mod sqlite;

@@ -4,6 +4,7 @@
 //! mark is one UPDATE plus its history), so two processes never deadlock on a lock upgrade.
 //! ID sets are bound as one JSON array (`json_each`), so a batch needs one parameter.
 
+use super::identity::identity_hint;
 use super::read::{
     import_history, push_where, whole_row, whole_row_columns, Backend, Bind, Dialect, Doc,
 };
@@ -361,12 +362,14 @@ impl Store for SqliteStore {
             "INSERT {} INTO dead_letters (id, body, reason, attempts, headers_json, replayed_at, \
              replay_claim_owner, replay_claim_expires_at, last_replay_error, event_id, error, \
              producer, schema_version, source_queue, exchange, routing_key, dead_lettered_at, \
-             replay_attempt_at, discarded_at, discard_note) \
+             replay_attempt_at, discarded_at, discard_note, eff_producer, eff_schema_version, \
+             eff_event_id) \
              VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,COALESCE(?17, {NOW_MS}), \
-             ?18,?19,?20)",
+             ?18,?19,?20,?21,?22,?23)",
             if skip_existing { "OR IGNORE" } else { "" }
         );
         for mut r in rows {
+            let [eff_producer, eff_schema_version, eff_event_id] = hint(&r);
             let res = sqlx::query(sql.as_str())
                 .bind(&r.id)
                 // Moved, not copied: a body may be tens of MiB.
@@ -389,6 +392,9 @@ impl Store for SqliteStore {
                 .bind(r.replay_attempt_at.map(to_ms))
                 .bind(r.discarded_at.map(to_ms))
                 .bind(&r.discard_note)
+                .bind(eff_producer)
+                .bind(eff_schema_version)
+                .bind(eff_event_id)
                 .execute(&mut *tx)
                 .await;
             match res {
@@ -761,6 +767,20 @@ impl Store for SqliteStore {
     }
 }
 
+/// The identity values the triggers will derive, given with the INSERT so that they do
+/// not write the row a second time (see [`identity_hint`]).
+fn hint(r: &NewDeadLetter) -> [Option<String>; 3] {
+    identity_hint(
+        [
+            r.producer.as_deref(),
+            r.schema_version.as_deref(),
+            r.event_id.as_deref(),
+        ],
+        &r.headers_json,
+        &r.body,
+    )
+}
+
 /// One INSERT of captured rows (a multi-row VALUES list).
 async fn insert_captured(
     conn: &mut SqliteConnection,
@@ -769,10 +789,11 @@ async fn insert_captured(
     let mut qb = QueryBuilder::new(
         "INSERT INTO dead_letters (id, body, reason, attempts, headers_json, event_id, error, \
          producer, schema_version, source_queue, exchange, routing_key, dead_lettered_at, \
-         capture_key) ",
+         capture_key, eff_producer, eff_schema_version, eff_event_id) ",
     );
     qb.push_values(rows, |mut b, c| {
         let r = &c.row;
+        let [eff_producer, eff_schema_version, eff_event_id] = hint(r);
         b.push_bind(&r.id)
             .push_bind(&r.body)
             .push_bind(&r.reason)
@@ -788,7 +809,10 @@ async fn insert_captured(
             .push("COALESCE(")
             .push_bind_unseparated(r.dead_lettered_at.map(to_ms))
             .push_unseparated(format!(", {NOW_MS})"))
-            .push_bind(&c.capture_key);
+            .push_bind(&c.capture_key)
+            .push_bind(eff_producer)
+            .push_bind(eff_schema_version)
+            .push_bind(eff_event_id);
     });
     qb.build().execute(&mut *conn).await?;
     Ok(())
@@ -812,5 +836,84 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(level, 2, "FULL: a committed mark survives a power loss");
+    }
+
+    /// `identity_hint` gives what the triggers derive, so `dlq`'s inserts are written
+    /// once (a wrong hint would only cost a second write: the trigger corrects it).
+    #[tokio::test]
+    async fn the_identity_hint_agrees_with_the_triggers() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = SecretUrl::new(format!("sqlite://{}", dir.path().join("t.db").display()));
+        let opts = StoreOptions {
+            create: true,
+            ..StoreOptions::default()
+        };
+        let store = SqliteStore::connect(&url, &opts).await.unwrap();
+        store.migrate().await.unwrap();
+        let long = " \n".repeat(40);
+        // (producer, schema_version, event_id columns; headers; body)
+        type Case<'a> = ([Option<&'a str>; 3], &'a str, Vec<u8>);
+        let cases: Vec<Case> = vec![
+            (
+                [None; 3],
+                "{}",
+                br#"{"producer":"p","schema_version":2,"event_id":1e2}"#.to_vec(),
+            ),
+            (
+                [Some("c"), Some(""), None],
+                r#"{"x-event-id":true}"#,
+                b"{}".to_vec(),
+            ),
+            (
+                [None; 3],
+                r#"{"x-producer":false,"x-schema-version":-7E+1}"#,
+                b"[1]".to_vec(),
+            ),
+            (
+                [None; 3],
+                r#"{"x-producer":null,"x-event-id":[1]}"#,
+                br#"{"producer":{"a":1},"event_id":"caf\u00e9"}"#.to_vec(),
+            ),
+            (
+                [None; 3],
+                "not json",
+                format!(r#"{long}{{"producer":"ws"}}"#).into_bytes(),
+            ),
+            ([None; 3], "[]", br#"{"producer":"cut""#.to_vec()),
+            ([None; 3], "{}", vec![0xff, b'{', b'}']),
+            (
+                [None; 3],
+                "{}",
+                br#"{"producer":"a\"b","schema_version":0.5}"#.to_vec(),
+            ),
+        ];
+        for (i, (cols, headers, body)) in cases.iter().enumerate() {
+            sqlx::query(
+                "INSERT INTO dead_letters (id, body, reason, attempts, headers_json, producer, \
+                 schema_version, event_id) VALUES (?1, ?2, 'r', 1, ?3, ?4, ?5, ?6)",
+            )
+            .bind(format!("c{i}"))
+            .bind(body.as_slice())
+            .bind(*headers)
+            .bind(cols[0])
+            .bind(cols[1])
+            .bind(cols[2])
+            .execute(&store.pool)
+            .await
+            .unwrap();
+            let got: (Option<String>, Option<String>, Option<String>) = sqlx::query_as(
+                "SELECT eff_producer, eff_schema_version, eff_event_id FROM dead_letters \
+                 WHERE id = ?1",
+            )
+            .bind(format!("c{i}"))
+            .fetch_one(&store.pool)
+            .await
+            .unwrap();
+            assert_eq!(
+                identity_hint(*cols, headers, body),
+                [got.0, got.1, got.2],
+                "case {i}"
+            );
+        }
     }
 }
