@@ -1,6 +1,8 @@
 //! PostgreSQL: all of its SQL. Times are `timestamptz`; the clock is `now()`.
 
-use super::read::{push_where, whole_row, whole_row_columns, Backend, Bind, Dialect, Doc};
+use super::read::{
+    push_where, read_bodies, whole_row, whole_row_columns, Backend, Bind, Dialect, Doc,
+};
 use super::{
     check_prune_filter, db_error, is_row_error, migration_error, newly_applied, state_predicate,
     CaptureOutcome, CapturedLetter, ImportReport, NewDeadLetter, Store, StoreOptions,
@@ -106,6 +108,7 @@ impl Dialect for Postgres {
          'token_ref', h.token_ref, 'target', h.target, 'plan_id', h.plan_id) ORDER BY h.seq)::text \
          FROM dead_letter_history h WHERE h.dead_letter_id = dead_letters.id)";
     const UNBOUNDED: Option<&'static str> = Some("SET LOCAL statement_timeout = 0");
+    const BODY_LEN: Option<&'static str> = Some("octet_length(body)");
 
     fn bind(qb: &mut QueryBuilder<'static, Self>, value: Bind) {
         match value {
@@ -154,7 +157,12 @@ impl Dialect for Postgres {
         }
     }
 
-    fn push_json_match(qb: &mut QueryBuilder<'static, Self>, doc: Doc, path: &[&str], m: &ContentMatch) {
+    fn push_json_match(
+        qb: &mut QueryBuilder<'static, Self>,
+        doc: Doc,
+        path: &[&str],
+        m: &ContentMatch,
+    ) {
         qb.push(match doc {
             Doc::Body => "dlq_json_match(convert_from(body, 'UTF8'), ",
             _ => "dlq_json_match(headers_json, ",
@@ -183,7 +191,7 @@ impl Dialect for Postgres {
         row.try_get(col)
     }
 
-    fn bytes<'r>(row: &'r PgRow, col: &str) -> std::result::Result<&'r [u8], sqlx::Error> {
+    fn bytes<'r>(row: &'r PgRow, col: &str) -> std::result::Result<Option<&'r [u8]>, sqlx::Error> {
         row.try_get(col)
     }
 
@@ -392,14 +400,22 @@ impl Store for PgStore {
             .bind(ids)
             .bind(token)
             .bind(lease.as_millis() as i64);
+        // One transaction: a large body is read after the UPDATE, in slices, and if that
+        // fails the claim is undone.
+        let mut tx = self.pool.begin().await.map_err(db_error)?;
         let rows = bind_history(query, history)
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *tx)
             .await
             .map_err(db_error)?;
-        rows.iter()
+        let claimed = rows
+            .iter()
             .map(whole_row::<Postgres>)
             .collect::<std::result::Result<_, _>>()
-            .map_err(db_error)
+            .map_err(db_error)?;
+        drop(rows);
+        let claimed = read_bodies::<Postgres>(&mut tx, claimed, db_error).await?;
+        tx.commit().await.map_err(db_error)?;
+        Ok(claimed)
     }
 
     async fn attempt(
@@ -440,13 +456,8 @@ impl Store for PgStore {
              RETURNING id",
             2,
         );
-        self.step(
-            sqlx::query(sql.as_str())
-                .bind(ids)
-                .bind(token),
-            history,
-        )
-        .await
+        self.step(sqlx::query(sql.as_str()).bind(ids).bind(token), history)
+            .await
     }
 
     async fn release(
@@ -464,10 +475,7 @@ impl Store for PgStore {
              RETURNING id",
             3,
         );
-        let query = sqlx::query(sql.as_str())
-            .bind(ids)
-            .bind(token)
-            .bind(error);
+        let query = sqlx::query(sql.as_str()).bind(ids).bind(token).bind(error);
         self.step(query, history).await
     }
 
@@ -634,13 +642,8 @@ impl Store for PgStore {
             ),
             2,
         );
-        self.step(
-            sqlx::query(sql.as_str())
-                .bind(ids)
-                .bind(note),
-            history,
-        )
-        .await
+        self.step(sqlx::query(sql.as_str()).bind(ids).bind(note), history)
+            .await
     }
 
     async fn restore(&self, ids: &[String], history: &[NewHistory]) -> Result<Vec<String>> {

@@ -50,6 +50,9 @@ pub trait Dialect: Database {
     const HISTORY_JSON: &'static str;
     /// Run before the export's one statement, in its transaction (none: no transaction).
     const UNBOUNDED: Option<&'static str>;
+    /// The body's length in bytes, as SQL, where a large body is best read in slices
+    /// (see [`BODY_INLINE_MAX`]); `None`: always read whole.
+    const BODY_LEN: Option<&'static str>;
 
     fn bind(qb: &mut QueryBuilder<'static, Self>, value: Bind);
     /// `id` is one of `ids`.
@@ -63,13 +66,18 @@ pub trait Dialect: Database {
     /// The conditions, before and after the byte tests, under which `doc` is parsed.
     fn json_guard(doc: Doc) -> (&'static str, &'static str);
     /// The value at `path` in the JSON object `doc` matches `m` (see [`ContentMatch`]).
-    fn push_json_match(qb: &mut QueryBuilder<'static, Self>, doc: Doc, path: &[&str], m: &ContentMatch);
+    fn push_json_match(
+        qb: &mut QueryBuilder<'static, Self>,
+        doc: Doc,
+        path: &[&str],
+        m: &ContentMatch,
+    );
 
     /// A text column; `lossy`: invalid UTF-8 becomes U+FFFD instead of an error.
     fn text(row: &Self::Row, col: &str, lossy: bool) -> Decoded<Option<String>>;
     fn int(row: &Self::Row, col: &str) -> Decoded<i64>;
     fn time(row: &Self::Row, col: &str) -> Decoded<Option<DateTime<Utc>>>;
-    fn bytes<'r>(row: &'r Self::Row, col: &str) -> Decoded<&'r [u8]>;
+    fn bytes<'r>(row: &'r Self::Row, col: &str) -> Decoded<Option<&'r [u8]>>;
     fn fetch<'e>(
         conn: &'e mut Self::Connection,
         query: Query<'e, Self, <Self as Database>::Arguments<'static>>,
@@ -238,10 +246,24 @@ pub(crate) fn summary_columns(now: &str) -> String {
     )
 }
 
+/// A body longer than this is not sent with its row but read after it in slices of
+/// [`BODY_SLICE`] bytes into one buffer, where the dialect has a [`Dialect::BODY_LEN`].
+/// PostgreSQL's driver holds a value twice while it reads it and decoding copies it once
+/// more: read whole, a 50 MiB body cost 3.2x its size (docs/performance.md).
+pub const BODY_INLINE_MAX: i64 = 1 << 20;
+pub const BODY_SLICE: i64 = 8 << 20;
+
 /// The columns of a whole row, as [`whole_row`] reads them (also a RETURNING list).
 pub(crate) fn whole_row_columns<D: Dialect>() -> String {
+    let body = match D::BODY_LEN {
+        Some(len) => format!(
+            "CASE WHEN {len} <= {BODY_INLINE_MAX} THEN body END AS body, \
+             CAST({len} AS BIGINT) AS body_len"
+        ),
+        None => "body, 0 AS body_len".to_string(),
+    };
     format!(
-        "{}, headers_json, body, {} AS db_now",
+        "{}, headers_json, {body}, {} AS db_now",
         summary_columns(D::NOW),
         D::NOW
     )
@@ -291,13 +313,75 @@ pub(crate) fn summary<D: Dialect>(row: &D::Row) -> Decoded<Summary> {
     })
 }
 
-pub(crate) fn whole_row<D: Dialect>(row: &D::Row) -> Decoded<DeadLetter> {
-    Ok(DeadLetter {
+/// A row read by [`whole_row_columns`]: whole, or with its body still to read (its
+/// length in bytes; see [`read_bodies`]).
+pub(crate) type Partial = (DeadLetter, Option<i64>);
+
+pub(crate) fn whole_row<D: Dialect>(row: &D::Row) -> Decoded<Partial> {
+    let (body, to_read) = match D::bytes(row, "body")? {
+        Some(body) => (body.to_vec(), None),
+        None => (Vec::new(), Some(D::int(row, "body_len")?)),
+    };
+    let letter = DeadLetter {
         summary: summary::<D>(row)?,
         headers_json: required(text::<D>(row, "headers_json")?, "headers_json")?,
-        body: D::bytes(row, "body")?.to_vec(),
+        body,
         db_now: time::<D>(row, "db_now")?,
-    })
+    };
+    Ok((letter, to_read))
+}
+
+/// Completes rows read by [`whole_row`] on `conn` (the claim's transaction, so that a
+/// body that cannot be read undoes the claim): each body left out is read in slices into
+/// one buffer of its final size. A body never changes; a row deleted meanwhile (or a
+/// body that no longer has its length) is an error, never a shorter body.
+pub(crate) async fn read_bodies<D: Dialect>(
+    conn: &mut D::Connection,
+    rows: Vec<Partial>,
+    err: impl Fn(sqlx::Error) -> DlqError,
+) -> Result<Vec<DeadLetter>> {
+    let mut out = Vec::with_capacity(rows.len());
+    for (mut letter, to_read) in rows {
+        if let Some(len) = to_read {
+            letter.body = read_body::<D>(conn, &letter.summary.id, len, &err).await?;
+        }
+        out.push(letter);
+    }
+    Ok(out)
+}
+
+async fn read_body<D: Dialect>(
+    conn: &mut D::Connection,
+    id: &str,
+    len: i64,
+    err: &impl Fn(sqlx::Error) -> DlqError,
+) -> Result<Vec<u8>> {
+    let mut body = Vec::new();
+    body.try_reserve_exact(len as usize).map_err(|_| {
+        DlqError::other(format!(
+            "the body of {id} ({len} bytes) does not fit in memory"
+        ))
+    })?;
+    while (body.len() as i64) < len {
+        let before = body.len();
+        let mut qb = QueryBuilder::new("SELECT substr(body, CAST(");
+        D::bind(&mut qb, Bind::Int(before as i64 + 1));
+        qb.push(" AS INTEGER), CAST(");
+        D::bind(&mut qb, Bind::Int(BODY_SLICE.min(len - before as i64)));
+        qb.push(" AS INTEGER)) AS part FROM dead_letters WHERE id = ");
+        D::bind(&mut qb, Bind::Text(id.to_string()));
+        let mut parts = D::fetch(conn, qb.build());
+        while let Some(row) = parts.try_next().await.map_err(err)? {
+            let part = D::bytes(&row, "part").and_then(|p| required(p, "part"));
+            body.extend_from_slice(part.map_err(err)?);
+        }
+        if body.len() == before || body.len() as i64 > len {
+            return Err(DlqError::other(format!(
+                "the body of {id} changed or the row was deleted while it was read"
+            )));
+        }
+    }
+    Ok(body)
 }
 
 /// A time as the export prints it: to the millisecond, the precision both stores keep.
@@ -313,7 +397,7 @@ fn exported<D: Dialect>(row: &D::Row) -> Result<NewDeadLetter> {
         Ok(NewDeadLetter {
             line: 0,
             id: required(t("id")?, "id")?,
-            body: D::bytes(row, "body")?.to_vec(),
+            body: required(D::bytes(row, "body")?, "body")?.to_vec(),
             reason: required(t("reason")?, "reason")?,
             attempts: D::int(row, "attempts")?,
             headers_json: required(t("headers_json")?, "headers_json")?,
@@ -540,7 +624,9 @@ impl<B: Backend> Reads for B {
 
     async fn load(&self, ids: &[String]) -> Result<Vec<DeadLetter>> {
         let mut qb = by_ids(&whole_row_columns::<B::Db>(), ids);
-        all(self, &mut qb, whole_row::<B::Db>).await
+        let rows = all(self, &mut qb, whole_row::<B::Db>).await?;
+        let mut conn = self.pool().acquire().await.map_err(|e| self.db_err(e))?;
+        read_bodies::<B::Db>(&mut conn, rows, |e| self.db_err(e)).await
     }
 
     async fn summaries(&self, ids: &[String]) -> Result<Vec<Summary>> {
@@ -585,7 +671,7 @@ impl<B: Backend> Reads for B {
                 reason: required(t("reason")?, "reason")?,
                 producer: t("eff_producer")?,
                 schema_version: t("eff_schema_version")?,
-                sha256: sha256_hex(B::Db::bytes(r, "body")?),
+                sha256: sha256_hex(required(B::Db::bytes(r, "body")?, "body")?),
             })
         })
         .await
@@ -599,7 +685,9 @@ impl<B: Backend> Reads for B {
             " AND replay_attempt_at IS NULL AND {}",
             state_predicate(State::Claimed, B::Db::NOW)
         ));
-        all(self, &mut qb, whole_row::<B::Db>).await
+        let rows = all(self, &mut qb, whole_row::<B::Db>).await?;
+        let mut conn = self.pool().acquire().await.map_err(|e| self.db_err(e))?;
+        read_bodies::<B::Db>(&mut conn, rows, |e| self.db_err(e)).await
     }
 
     async fn dead_lettered_since(

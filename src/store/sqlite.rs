@@ -4,7 +4,9 @@
 //! mark is one UPDATE plus its history), so two processes never deadlock on a lock upgrade.
 //! ID sets are bound as one JSON array (`json_each`), so a batch needs one parameter.
 
-use super::read::{push_where, whole_row, whole_row_columns, Backend, Bind, Dialect, Doc};
+use super::read::{
+    push_where, read_bodies, whole_row, whole_row_columns, Backend, Bind, Dialect, Doc,
+};
 use super::{
     check_prune_filter, db_error, is_row_error, migration_error, newly_applied, state_predicate,
     CaptureOutcome, CapturedLetter, ImportReport, NewDeadLetter, Store, StoreOptions,
@@ -172,6 +174,8 @@ impl Dialect for Sqlite {
                WHERE dead_letter_id = dead_letters.id ORDER BY seq) h)";
     // In WAL mode one statement never blocks a writer: no transaction needed.
     const UNBOUNDED: Option<&'static str> = None;
+    // substr() of a BLOB loads the whole value: slices would only cost more.
+    const BODY_LEN: Option<&'static str> = None;
 
     fn bind(qb: &mut QueryBuilder<'static, Self>, value: Bind) {
         match value {
@@ -226,7 +230,12 @@ impl Dialect for Sqlite {
 
     /// A string as its value, an array or object as JSON, anything else as its JSON text
     /// as written (`->` keeps a number's text).
-    fn push_json_match(qb: &mut QueryBuilder<'static, Self>, doc: Doc, path: &[&str], m: &ContentMatch) {
+    fn push_json_match(
+        qb: &mut QueryBuilder<'static, Self>,
+        doc: Doc,
+        path: &[&str],
+        m: &ContentMatch,
+    ) {
         let doc = if doc == Doc::Body {
             "CAST(body AS TEXT)"
         } else {
@@ -277,7 +286,10 @@ impl Dialect for Sqlite {
         Ok(row.try_get::<Option<i64>, _>(col)?.map(from_ms))
     }
 
-    fn bytes<'r>(row: &'r SqliteRow, col: &str) -> std::result::Result<&'r [u8], sqlx::Error> {
+    fn bytes<'r>(
+        row: &'r SqliteRow,
+        col: &str,
+    ) -> std::result::Result<Option<&'r [u8]>, sqlx::Error> {
         row.try_get(col)
     }
 
@@ -467,19 +479,19 @@ impl Store for SqliteStore {
             whole_row_columns::<Sqlite>()
         );
         let claimed: Vec<String> = sqlx::query_scalar(&claim)
-        .bind(ids_json(ids))
-        .bind(token)
-        .bind(lease.as_millis() as i64)
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(self.err())?;
+            .bind(ids_json(ids))
+            .bind(token)
+            .bind(lease.as_millis() as i64)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(self.err())?;
         let rows = match claimed.is_empty() {
             true => Vec::new(),
             false => sqlx::query(&select)
-            .bind(ids_json(&claimed))
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(self.err())?,
+                .bind(ids_json(&claimed))
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(self.err())?,
         };
         let claimed = rows
             .iter()
@@ -487,10 +499,11 @@ impl Store for SqliteStore {
             .collect::<std::result::Result<Vec<_>, _>>()
             .map_err(self.err())?;
         drop(rows);
-        let ids: HashSet<&str> = claimed.iter().map(|r| r.summary.id.as_str()).collect();
+        let ids: HashSet<&str> = claimed.iter().map(|(r, _)| r.summary.id.as_str()).collect();
         insert_history(&mut tx, &only_for(history, &ids))
             .await
             .map_err(self.err())?;
+        let claimed = read_bodies::<Sqlite>(&mut tx, claimed, self.err()).await?;
         tx.commit().await.map_err(self.err())?;
         Ok(claimed)
     }
@@ -601,11 +614,8 @@ impl Store for SqliteStore {
              RETURNING id",
             state_predicate(State::Uncertain, NOW_MS)
         );
-        self.step(
-            sqlx::query(sql.as_str()).bind(ids_json(ids)),
-            history,
-        )
-        .await
+        self.step(sqlx::query(sql.as_str()).bind(ids_json(ids)), history)
+            .await
     }
 
     async fn append_history(&self, entries: &[NewHistory]) -> Result<()> {
@@ -713,11 +723,8 @@ impl Store for SqliteStore {
              WHERE {IN_IDS} AND {} RETURNING id",
             state_predicate(State::Discarded, NOW_MS)
         );
-        self.step(
-            sqlx::query(sql.as_str()).bind(ids_json(ids)),
-            history,
-        )
-        .await
+        self.step(sqlx::query(sql.as_str()).bind(ids_json(ids)), history)
+            .await
     }
 
     async fn prune_batch(
