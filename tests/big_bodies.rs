@@ -330,6 +330,71 @@ fn a_body_that_cannot_be_read_whole_is_neither_published_nor_shown_cut() {
     assert!(listed[0]["replay_claim_owner"].is_null(), "{listed}");
 }
 
+/// `show` of a body read in slices reads one version of the row: a body rewritten while
+/// it is being read (between two slices) does not give half of each. The first slice
+/// waits on an advisory lock the test holds while it rewrites the body.
+#[test]
+fn a_body_read_in_slices_comes_from_one_version_of_the_row() {
+    let db = TestDb::migrated(Backend::Postgres);
+    let old = binary_body();
+    let mut new = old.clone();
+    new.iter_mut().for_each(|b| *b = !*b);
+    let old = [old.as_slice(), &old[..MIB]].concat();
+    let new = [new.as_slice(), &new[..MIB]].concat(); // 9 MiB: two slices
+    let r = db.dlq_stdin(&["import", "-"], line("twice", "q", &old, false).as_bytes());
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let name = db.url.rsplit('/').next().unwrap().to_string();
+    db.sql(&[
+        "CREATE FUNCTION public.substr(b bytea, f integer, n integer) RETURNS bytea \
+         LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_advisory_xact_lock_shared(4242); \
+         RETURN pg_catalog.substr(b, f, n); END $$",
+        &format!("ALTER DATABASE {name} SET search_path = public, pg_catalog"),
+    ]);
+    let shown = rt().block_on(async {
+        use sqlx::Connection;
+        let mut gate = sqlx::PgConnection::connect(&db.url).await.unwrap();
+        sqlx::query("SELECT pg_advisory_lock(4242)")
+            .execute(&mut gate)
+            .await
+            .unwrap();
+        let child = db
+            .cmd()
+            .args(["show", "twice"])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        loop {
+            let waiting: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_stat_activity \
+                 WHERE wait_event_type = 'Lock' AND wait_event = 'advisory'",
+            )
+            .fetch_one(&mut gate)
+            .await
+            .unwrap();
+            if waiting > 0 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        sqlx::query("UPDATE dead_letters SET body = $1 WHERE id = 'twice'")
+            .bind(&new)
+            .execute(&mut gate)
+            .await
+            .unwrap();
+        sqlx::query("SELECT pg_advisory_unlock(4242)")
+            .execute(&mut gate)
+            .await
+            .unwrap();
+        Run::from(child.wait_with_output().unwrap())
+    });
+    assert_eq!(shown.code, 0, "{}", shown.stderr);
+    let got = unb64(&shown.json()["body_base64"]);
+    assert!(
+        got == old,
+        "the body shown mixes two versions or is the new one"
+    );
+}
+
 /// `replay ID --dry-run -o json`, as printed before it was written as a stream.
 const DRY_RUN_JSON: &str = r#"{
   "body_base64": "eyJldmVudF9pZCI6ICJlLTEiLCAiYW1vdW50IjogMTIuNSwgIm5vdGUiOiAiY2Fmw6kgXCJxXCJcbuKAriJ9",

@@ -108,6 +108,8 @@ impl Dialect for Postgres {
          'token_ref', h.token_ref, 'target', h.target, 'plan_id', h.plan_id) ORDER BY h.seq)::text \
          FROM dead_letter_history h WHERE h.dead_letter_id = dead_letters.id)";
     const UNBOUNDED: Option<&'static str> = Some("SET LOCAL statement_timeout = 0");
+    const SNAPSHOT: Option<&'static str> =
+        Some("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY");
     const BODY_LEN: Option<&'static str> = Some("octet_length(body)");
 
     fn bind(qb: &mut QueryBuilder<'static, Self>, value: Bind) {

@@ -50,6 +50,8 @@ pub trait Dialect: Database {
     const HISTORY_JSON: &'static str;
     /// Run before the export's one statement, in its transaction (none: no transaction).
     const UNBOUNDED: Option<&'static str>;
+    /// Makes the current transaction read one snapshot (none: it always does).
+    const SNAPSHOT: Option<&'static str>;
     /// The body's length in bytes, as SQL, where a large body is best read in slices
     /// (see [`BODY_INLINE_MAX`]); `None`: always read whole.
     const BODY_LEN: Option<&'static str>;
@@ -461,6 +463,30 @@ async fn all<B: Backend, T: Send>(
     Ok(out)
 }
 
+/// Whole rows: the rows, then any large body in slices, all in one snapshot (a body
+/// read in slices is never pieced together from two versions of a row).
+async fn whole_rows<B: Backend>(
+    b: &B,
+    qb: &mut QueryBuilder<'static, B::Db>,
+) -> Result<Vec<DeadLetter>> {
+    let err = |e| b.db_err(e);
+    let mut tx = b.pool().begin().await.map_err(err)?;
+    if let Some(snapshot) = B::Db::SNAPSHOT {
+        B::Db::fetch(&mut tx, QueryBuilder::new(snapshot).build())
+            .try_collect::<Vec<_>>()
+            .await
+            .map_err(err)?;
+    }
+    let rows = B::Db::fetch(&mut tx, qb.build())
+        .map_err(err)
+        .and_then(|row| async move { whole_row::<B::Db>(&row).map_err(err) })
+        .try_collect::<Vec<_>>()
+        .await?;
+    let rows = read_bodies::<B::Db>(&mut tx, rows, err).await?;
+    tx.rollback().await.map_err(err)?;
+    Ok(rows)
+}
+
 async fn count_of<B: Backend>(b: &B, qb: &mut QueryBuilder<'static, B::Db>) -> Result<i64> {
     let n = all(b, qb, |r| B::Db::int(r, "n")).await?;
     Ok(n.first().copied().unwrap_or_default())
@@ -623,10 +649,7 @@ impl<B: Backend> Reads for B {
     }
 
     async fn load(&self, ids: &[String]) -> Result<Vec<DeadLetter>> {
-        let mut qb = by_ids(&whole_row_columns::<B::Db>(), ids);
-        let rows = all(self, &mut qb, whole_row::<B::Db>).await?;
-        let mut conn = self.pool().acquire().await.map_err(|e| self.db_err(e))?;
-        read_bodies::<B::Db>(&mut conn, rows, |e| self.db_err(e)).await
+        whole_rows(self, &mut by_ids(&whole_row_columns::<B::Db>(), ids)).await
     }
 
     async fn summaries(&self, ids: &[String]) -> Result<Vec<Summary>> {
@@ -685,9 +708,7 @@ impl<B: Backend> Reads for B {
             " AND replay_attempt_at IS NULL AND {}",
             state_predicate(State::Claimed, B::Db::NOW)
         ));
-        let rows = all(self, &mut qb, whole_row::<B::Db>).await?;
-        let mut conn = self.pool().acquire().await.map_err(|e| self.db_err(e))?;
-        read_bodies::<B::Db>(&mut conn, rows, |e| self.db_err(e)).await
+        whole_rows(self, &mut qb).await
     }
 
     async fn dead_lettered_since(

@@ -174,6 +174,7 @@ impl Dialect for Sqlite {
                WHERE dead_letter_id = dead_letters.id ORDER BY seq) h)";
     // In WAL mode one statement never blocks a writer: no transaction needed.
     const UNBOUNDED: Option<&'static str> = None;
+    const SNAPSHOT: Option<&'static str> = None;
     // substr() of a BLOB loads the whole value: slices would only cost more.
     const BODY_LEN: Option<&'static str> = None;
 
