@@ -286,7 +286,7 @@ fn show_prints_small_bodies_exactly_as_before() {
 
 /// A large body that comes back shorter than its length (here a `substr` that returns
 /// nothing, as if the row had been deleted meanwhile) is an error: nothing is published,
-/// the claim is undone, and `show` prints no cut body.
+/// the claim is released, and `show` prints no cut body.
 #[test]
 fn a_body_that_cannot_be_read_whole_is_neither_published_nor_shown_cut() {
     let mut rabbit = Rabbit::new();
@@ -323,7 +323,7 @@ fn a_body_that_cannot_be_read_whole_is_neither_published_nor_shown_cut() {
         rabbit.drain(&queue).is_empty(),
         "published a body it could not read"
     );
-    // The claim and the body are read in one transaction: the claim was undone.
+    // The body is read after the claim; since it could not be, the claim was released.
     let listed = db.dlq(&["list"]).json();
     assert_eq!(listed[0]["id"], "cut");
     assert_eq!(listed[0]["state"], "pending", "{listed}");

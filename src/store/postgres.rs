@@ -1,14 +1,12 @@
 //! PostgreSQL: all of its SQL. Times are `timestamptz`; the clock is `now()`.
 
-use super::read::{
-    push_where, read_bodies, whole_row, whole_row_columns, Backend, Bind, Dialect, Doc,
-};
+use super::read::{claimed_columns, claimed_row, push_where, Backend, Bind, Dialect, Doc};
 use super::{
     check_prune_filter, db_error, is_row_error, migration_error, newly_applied, state_predicate,
-    CaptureOutcome, CapturedLetter, ImportReport, NewDeadLetter, Store, StoreOptions,
+    CaptureOutcome, CapturedLetter, Claimed, ImportReport, NewDeadLetter, Store, StoreOptions,
 };
 use crate::error::{DlqError, Result};
-use crate::model::{ContentMatch, DeadLetter, Filter, NewHistory, State};
+use crate::model::{ContentMatch, Filter, NewHistory, State};
 use crate::secret::SecretUrl;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -385,7 +383,7 @@ impl Store for PgStore {
         token: &str,
         lease: Duration,
         history: &[NewHistory],
-    ) -> Result<Vec<DeadLetter>> {
+    ) -> Result<Vec<Claimed>> {
         let sql = format!(
             "WITH c AS (UPDATE dead_letters \
                  SET replay_claim_owner = $2, \
@@ -395,29 +393,21 @@ impl Store for PgStore {
              h AS ({}) \
              SELECT * FROM c",
             state_predicate(State::Pending, NOW),
-            whole_row_columns::<Postgres>(),
+            claimed_columns::<Postgres>(),
             insert_history(4, Some("c"))
         );
         let query = sqlx::query(sql.as_str())
             .bind(ids)
             .bind(token)
             .bind(lease.as_millis() as i64);
-        // One transaction: a large body is read after the UPDATE, in slices, and if that
-        // fails the claim is undone.
-        let mut tx = self.pool.begin().await.map_err(db_error)?;
         let rows = bind_history(query, history)
-            .fetch_all(&mut *tx)
+            .fetch_all(&self.pool)
             .await
             .map_err(db_error)?;
-        let claimed = rows
-            .iter()
-            .map(whole_row::<Postgres>)
+        rows.iter()
+            .map(claimed_row::<Postgres>)
             .collect::<std::result::Result<_, _>>()
-            .map_err(db_error)?;
-        drop(rows);
-        let claimed = read_bodies::<Postgres>(&mut tx, claimed, db_error).await?;
-        tx.commit().await.map_err(db_error)?;
-        Ok(claimed)
+            .map_err(db_error)
     }
 
     async fn attempt(

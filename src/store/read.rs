@@ -8,7 +8,7 @@
 //! inserts and the migrations stay in each backend's file: they differ for real reasons
 //! (one statement with a data-modifying `WITH` there, an IMMEDIATE transaction here).
 
-use super::{state_case, state_predicate, NewDeadLetter, PlanCandidate};
+use super::{state_case, state_predicate, Claimed, NewDeadLetter, PlanCandidate};
 use crate::error::{DlqError, Result};
 use crate::model::{
     sha256_hex, token_operator, token_ref, ContentMatch, DeadLetter, Dimension, Filter, Group,
@@ -315,6 +315,18 @@ pub(crate) fn summary<D: Dialect>(row: &D::Row) -> Decoded<Summary> {
     })
 }
 
+/// The columns of a claimed row, as [`claimed_row`] reads them (a RETURNING list).
+pub(crate) fn claimed_columns<D: Dialect>() -> String {
+    format!("{}, {} AS db_now", summary_columns(D::NOW), D::NOW)
+}
+
+pub(crate) fn claimed_row<D: Dialect>(row: &D::Row) -> Decoded<Claimed> {
+    Ok(Claimed {
+        summary: summary::<D>(row)?,
+        db_now: time::<D>(row, "db_now")?,
+    })
+}
+
 /// A row read by [`whole_row_columns`]: whole, or with its body still to read (its
 /// length in bytes; see [`read_bodies`]).
 pub(crate) type Partial = (DeadLetter, Option<i64>);
@@ -333,11 +345,10 @@ pub(crate) fn whole_row<D: Dialect>(row: &D::Row) -> Decoded<Partial> {
     Ok((letter, to_read))
 }
 
-/// Completes rows read by [`whole_row`] on `conn` (the claim's transaction, so that a
-/// body that cannot be read undoes the claim): each body left out is read in slices into
-/// one buffer of its final size. A body never changes; a row deleted meanwhile (or a
-/// body that no longer has its length) is an error, never a shorter body.
-pub(crate) async fn read_bodies<D: Dialect>(
+/// Completes rows read by [`whole_row`]: each body left out is read in slices into one
+/// buffer of its final size, on `conn` (in one snapshot, see [`whole_rows`]). A row
+/// deleted meanwhile is an error, never a shorter body.
+async fn read_bodies<D: Dialect>(
     conn: &mut D::Connection,
     rows: Vec<Partial>,
     err: impl Fn(sqlx::Error) -> DlqError,
@@ -352,35 +363,54 @@ pub(crate) async fn read_bodies<D: Dialect>(
     Ok(out)
 }
 
+/// At most four slices, so a body stored compressed (where each `substr` decompresses
+/// everything before its slice) costs at most 2.5 whole reads; at least [`BODY_SLICE`].
+fn slice_len(len: i64) -> i64 {
+    BODY_SLICE.max((len + 3) / 4)
+}
+
 async fn read_body<D: Dialect>(
     conn: &mut D::Connection,
     id: &str,
     len: i64,
     err: &impl Fn(sqlx::Error) -> DlqError,
 ) -> Result<Vec<u8>> {
-    let mut body = Vec::new();
-    body.try_reserve_exact(len as usize).map_err(|_| {
+    let gone = || {
         DlqError::other(format!(
-            "the body of {id} ({len} bytes) does not fit in memory"
+            "the body of {id} changed or the row was deleted while it was read"
         ))
-    })?;
-    while (body.len() as i64) < len {
+    };
+    let slice = slice_len(len);
+    let mut body: Vec<u8> = Vec::new();
+    // The snapshot's length, read with the first slice.
+    let mut total: Option<i64> = None;
+    while total.is_none_or(|t| (body.len() as i64) < t) {
         let before = body.len();
         let mut qb = QueryBuilder::new("SELECT substr(body, CAST(");
         D::bind(&mut qb, Bind::Int(before as i64 + 1));
         qb.push(" AS INTEGER), CAST(");
-        D::bind(&mut qb, Bind::Int(BODY_SLICE.min(len - before as i64)));
-        qb.push(" AS INTEGER)) AS part FROM dead_letters WHERE id = ");
+        D::bind(&mut qb, Bind::Int(slice));
+        qb.push(format!(
+            " AS INTEGER)) AS part, CAST({} AS BIGINT) AS len FROM dead_letters WHERE id = ",
+            D::BODY_LEN.unwrap_or("length(body)")
+        ));
         D::bind(&mut qb, Bind::Text(id.to_string()));
         let mut parts = D::fetch(conn, qb.build());
-        while let Some(row) = parts.try_next().await.map_err(err)? {
-            let part = D::bytes(&row, "part").and_then(|p| required(p, "part"));
-            body.extend_from_slice(part.map_err(err)?);
+        let row = parts.try_next().await.map_err(err)?.ok_or_else(gone)?;
+        let part = D::bytes(&row, "part").and_then(|p| required(p, "part"));
+        let part = part.map_err(err)?;
+        if total.is_none() {
+            let t = D::int(&row, "len").map_err(err)?;
+            body.try_reserve_exact(t as usize).map_err(|_| {
+                DlqError::other(format!(
+                    "the body of {id} ({t} bytes) does not fit in memory"
+                ))
+            })?;
+            total = Some(t);
         }
-        if body.len() == before || body.len() as i64 > len {
-            return Err(DlqError::other(format!(
-                "the body of {id} changed or the row was deleted while it was read"
-            )));
+        body.extend_from_slice(part);
+        if body.len() == before && total.is_some_and(|t| t > 0) {
+            return Err(gone());
         }
     }
     Ok(body)
@@ -463,12 +493,16 @@ async fn all<B: Backend, T: Send>(
     Ok(out)
 }
 
-/// Whole rows: the rows, then any large body in slices, all in one snapshot (a body
-/// read in slices is never pieced together from two versions of a row).
+/// Whole rows: the rows, then any large body in slices, all of each body from one
+/// snapshot (never pieced together from two versions of a row).
 async fn whole_rows<B: Backend>(
     b: &B,
     qb: &mut QueryBuilder<'static, B::Db>,
 ) -> Result<Vec<DeadLetter>> {
+    let rows = all(b, qb, whole_row::<B::Db>).await?;
+    if rows.iter().all(|(_, to_read)| to_read.is_none()) {
+        return Ok(rows.into_iter().map(|(letter, _)| letter).collect());
+    }
     let err = |e| b.db_err(e);
     let mut tx = b.pool().begin().await.map_err(err)?;
     if let Some(snapshot) = B::Db::SNAPSHOT {
@@ -477,11 +511,6 @@ async fn whole_rows<B: Backend>(
             .await
             .map_err(err)?;
     }
-    let rows = B::Db::fetch(&mut tx, qb.build())
-        .map_err(err)
-        .and_then(|row| async move { whole_row::<B::Db>(&row).map_err(err) })
-        .try_collect::<Vec<_>>()
-        .await?;
     let rows = read_bodies::<B::Db>(&mut tx, rows, err).await?;
     tx.rollback().await.map_err(err)?;
     Ok(rows)
