@@ -175,6 +175,13 @@ pub async fn replay(
     Ok(batch.into_reports())
 }
 
+/// How long the shortest of these leases still runs, by the database's clock.
+fn lease_left<'r>(rows: impl Iterator<Item = (&'r Summary, DateTime<Utc>)>) -> Duration {
+    rows.filter_map(|(s, now)| (s.replay_claim_expires_at? - now).to_std().ok())
+        .min()
+        .unwrap_or_default()
+}
+
 /// One batch on its way through the protocol.
 struct Batch<'a> {
     opts: &'a ReplayOptions,
@@ -226,29 +233,38 @@ impl<'a> Batch<'a> {
     async fn claim(&mut self, store: &dyn Store) -> Result<()> {
         let ids = self.ids();
         let asked = Instant::now();
+        // The claim returns no body: its row lock lasts one UPDATE whatever the size. The
+        // bodies are read after it, from rows the lease now holds.
         let rows = match &self.opts.token {
-            Some(t) => store.held(&ids, t).await?,
+            Some(t) => {
+                let rows = store.held(&ids, t).await?;
+                self.lease_end = asked + lease_left(rows.iter().map(|r| (&r.summary, r.db_now)));
+                rows
+            }
             None => {
                 let lease = format!("lease {}", humantime::format_duration(self.opts.lease));
                 let entries: Vec<NewHistory> = ids
                     .iter()
                     .map(|id| self.entry(id, "claim", Outcome::Claimed, &lease, &self.token))
                     .collect();
-                store
+                let claimed = store
                     .claim(&ids, &self.token, self.opts.lease, &entries)
-                    .await?
+                    .await?;
+                self.lease_end = asked + lease_left(claimed.iter().map(|c| (&c.summary, c.db_now)));
+                let claimed: Vec<String> = claimed.into_iter().map(|c| c.summary.id).collect();
+                match store.held(&claimed, &self.token).await {
+                    Ok(rows) => rows,
+                    Err(e) => {
+                        let token = self.token.clone();
+                        let why =
+                            format!("its body could not be read ({e}); nothing was published");
+                        self.release(store, &claimed, &token, Outcome::NotReplayed, &why)
+                            .await;
+                        return Err(e);
+                    }
+                }
             }
         };
-        let left = rows
-            .iter()
-            .filter_map(|r| {
-                (r.summary.replay_claim_expires_at? - r.db_now)
-                    .to_std()
-                    .ok()
-            })
-            .min()
-            .unwrap_or_default();
-        self.lease_end = asked + left;
         tracing::debug!(
             "claimed {} of {}, lease {}",
             rows.len(),

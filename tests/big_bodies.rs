@@ -84,6 +84,8 @@ fn assert_shows(db: &TestDb, id: &str, body: &[u8]) -> String {
     r.stdout
 }
 
+/// On PostgreSQL both bodies are read in slices (over 1 MiB): the binary one is exactly
+/// one 8 MiB slice, the JSON one a little more (a second, short slice).
 #[test]
 fn multi_mib_bodies_round_trip_through_import_show_and_replay_on_both_stores() {
     let bodies = [("bin", binary_body(), false), ("json", json_body(), true)];
@@ -278,6 +280,196 @@ fn show_prints_small_bodies_exactly_as_before() {
             assert_eq!(r.code, 0, "{}", r.stderr);
             let expected = expected.replace("<RLO>", "\u{202e}");
             assert_eq!(r.stdout, expected, "{backend:?} {id} -o {format}");
+        }
+    }
+}
+
+/// A large body that comes back shorter than its length (here a `substr` that returns
+/// nothing, as if the row had been deleted meanwhile) is an error: nothing is published,
+/// the claim is released, and `show` prints no cut body.
+#[test]
+fn a_body_that_cannot_be_read_whole_is_neither_published_nor_shown_cut() {
+    let mut rabbit = Rabbit::new();
+    let queue = rabbit.queue("dlq_cut");
+    let db = TestDb::migrated(Backend::Postgres);
+    let body = binary_body();
+    let r = db.dlq_stdin(
+        &["import", "-"],
+        line("cut", &queue, &body, false).as_bytes(),
+    );
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let name = db.url.rsplit('/').next().unwrap().to_string();
+    db.sql(&[
+        "CREATE FUNCTION public.substr(bytea, integer, integer) RETURNS bytea \
+         LANGUAGE sql AS $$ SELECT ''::bytea $$",
+        &format!("ALTER DATABASE {name} SET search_path = public, pg_catalog"),
+    ]);
+    let shown = db.dlq(&["show", "cut"]);
+    assert_eq!(shown.code, 1, "{}", shown.all());
+    assert_eq!(shown.stdout, "");
+    assert!(
+        shown.stderr.contains("changed or the row was deleted"),
+        "{}",
+        shown.stderr
+    );
+    let r = db.dlq(&["replay", "cut", "--yes"]);
+    assert_ne!(r.code, 0, "{}", r.all());
+    assert!(
+        r.stderr.contains("changed or the row was deleted"),
+        "{}",
+        r.stderr
+    );
+    assert!(
+        rabbit.drain(&queue).is_empty(),
+        "published a body it could not read"
+    );
+    // The body is read after the claim; since it could not be, the claim was released.
+    let listed = db.dlq(&["list"]).json();
+    assert_eq!(listed[0]["id"], "cut");
+    assert_eq!(listed[0]["state"], "pending", "{listed}");
+    assert!(listed[0]["replay_claim_owner"].is_null(), "{listed}");
+}
+
+/// `show` of a body read in slices reads one version of the row: a body rewritten while
+/// it is being read (between two slices) does not give half of each. The first slice
+/// waits on an advisory lock the test holds while it rewrites the body.
+#[test]
+fn a_body_read_in_slices_comes_from_one_version_of_the_row() {
+    let db = TestDb::migrated(Backend::Postgres);
+    let old = binary_body();
+    let mut new = old.clone();
+    new.iter_mut().for_each(|b| *b = !*b);
+    let old = [old.as_slice(), &old[..MIB]].concat();
+    let new = [new.as_slice(), &new[..MIB]].concat(); // 9 MiB: two slices
+    let r = db.dlq_stdin(&["import", "-"], line("twice", "q", &old, false).as_bytes());
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let name = db.url.rsplit('/').next().unwrap().to_string();
+    db.sql(&[
+        "CREATE FUNCTION public.substr(b bytea, f integer, n integer) RETURNS bytea \
+         LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_advisory_xact_lock_shared(4242); \
+         RETURN pg_catalog.substr(b, f, n); END $$",
+        &format!("ALTER DATABASE {name} SET search_path = public, pg_catalog"),
+    ]);
+    let shown = rt().block_on(async {
+        use sqlx::Connection;
+        let mut gate = sqlx::PgConnection::connect(&db.url).await.unwrap();
+        sqlx::query("SELECT pg_advisory_lock(4242)")
+            .execute(&mut gate)
+            .await
+            .unwrap();
+        let child = db
+            .cmd()
+            .args(["show", "twice"])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        loop {
+            let waiting: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_stat_activity \
+                 WHERE wait_event_type = 'Lock' AND wait_event = 'advisory'",
+            )
+            .fetch_one(&mut gate)
+            .await
+            .unwrap();
+            if waiting > 0 {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        sqlx::query("UPDATE dead_letters SET body = $1 WHERE id = 'twice'")
+            .bind(&new)
+            .execute(&mut gate)
+            .await
+            .unwrap();
+        sqlx::query("SELECT pg_advisory_unlock(4242)")
+            .execute(&mut gate)
+            .await
+            .unwrap();
+        Run::from(child.wait_with_output().unwrap())
+    });
+    assert_eq!(shown.code, 0, "{}", shown.stderr);
+    let got = unb64(&shown.json()["body_base64"]);
+    assert!(
+        got == old,
+        "the body shown mixes two versions or is the new one"
+    );
+}
+
+/// `replay ID --dry-run -o json`, as printed before it was written as a stream.
+const DRY_RUN_JSON: &str = r#"{
+  "body_base64": "eyJldmVudF9pZCI6ICJlLTEiLCAiYW1vdW50IjogMTIuNSwgIm5vdGUiOiAiY2Fmw6kgXCJxXCJcbuKAriJ9",
+  "body_text": "{\"event_id\": \"e-1\", \"amount\": 12.5, \"note\": \"café \\\"q\\\"\\n<RLO>\"}",
+  "delivery_mode": 2,
+  "detail": "would publish to exchange (default exchange) routing key orders; nothing was claimed or published",
+  "exchange": "",
+  "headers": {
+    "n": 1.5,
+    "x-dead-letter-id": "small-json",
+    "x-dead-letter-reason": "poison_message",
+    "x-producer": "svc",
+    "x-replayed-by": "tester",
+    "x-replayed-from-dlq": "true"
+  },
+  "id": "small-json",
+  "mandatory": true,
+  "message_id": "e-1",
+  "outcome": "dry_run",
+  "routing_key": "orders",
+  "sha256": "b6b900c5ce6d96c01a4d8ab8c3300526d80ffcf7c6791fb0cfc0136d2fe6db22",
+  "state": "pending"
+}
+"#;
+const DRY_RUN_BIN_JSON: &str = r#"{
+  "body_base64": "AAEC//6AQUIKGwABAv/+gEFCChsAAQL//oBBQgobAAEC//6AQUIKGwABAv/+gEFCChsAAQL//oBBQgobAAEC//6AQUIKGw==",
+  "body_text": null,
+  "delivery_mode": 2,
+  "detail": "would publish to exchange ex routing key rk; nothing was claimed or published",
+  "exchange": "ex",
+  "headers": {
+    "x-dead-letter-id": "small-bin",
+    "x-dead-letter-reason": "retries_exhausted",
+    "x-replayed-by": "tester",
+    "x-replayed-from-dlq": "true"
+  },
+  "id": "small-bin",
+  "mandatory": true,
+  "message_id": null,
+  "outcome": "dry_run",
+  "routing_key": "rk",
+  "sha256": "eba94c659d9ccc94f46a586a384757f7cfe46d2eca910bc5046231b38312515c",
+  "state": "pending"
+}
+"#;
+
+#[test]
+fn replay_dry_run_prints_small_bodies_exactly_as_before() {
+    let text = "{\"event_id\": \"e-1\", \"amount\": 12.5, \"note\": \"café \\\"q\\\"\\n\u{202e}\"}";
+    let bin: Vec<u8> = [0, 1, 2, 0xff, 0xfe, 0x80, 0x41, 0x42, 0x0a, 0x1b].repeat(7);
+    for backend in BACKENDS {
+        let db = TestDb::migrated(backend);
+        db.add(
+            json!({"id": "small-json", "reason": "poison_message", "attempts": 3,
+            "headers": {"x-producer": "svc", "n": 1.5, "x-death": [{"count": 1}]},
+            "source_queue": "orders", "event_id": "e-1",
+            "dead_lettered_at": "2026-01-02T03:04:05Z", "error": "ValueError: bad",
+            "body_text": text}),
+        );
+        db.add(
+            json!({"id": "small-bin", "reason": "retries_exhausted", "attempts": 5,
+            "headers": {}, "exchange": "ex", "routing_key": "rk",
+            "dead_lettered_at": "2026-01-02T03:04:06Z", "body_base64": b64(&bin)}),
+        );
+        for (id, expected) in [
+            ("small-json", DRY_RUN_JSON),
+            ("small-bin", DRY_RUN_BIN_JSON),
+        ] {
+            let r = db.dlq(&["replay", id, "--dry-run"]);
+            assert_eq!(r.code, 0, "{}", r.stderr);
+            assert_eq!(
+                r.stdout,
+                expected.replace("<RLO>", "\u{202e}"),
+                "{backend:?} {id}"
+            );
         }
     }
 }

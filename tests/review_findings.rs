@@ -331,7 +331,7 @@ mod lost_reply {
             token: &str,
             lease: Duration,
             h: &[NewHistory],
-        ) -> Result<Vec<DeadLetter>> {
+        ) -> Result<Vec<dlq::store::Claimed>> {
             self.inner.claim(ids, token, lease, h).await
         }
         async fn attempt(

@@ -1,10 +1,10 @@
 //! `dlq replay ID` and `dlq replay --plan FILE`: both go through [`dlq::replay::replay`].
 
+use super::output::Base64;
 use super::prompt::{confirm, require_consent, watch_signals};
 use super::report::{emit, emit_item, StepReport};
 use super::Result;
 use super::{Ctx, Format};
-use base64::Engine;
 use clap::Args;
 use dlq::error::DlqError;
 use dlq::model::{validate_id, Outcome};
@@ -14,6 +14,24 @@ use dlq::publisher::{Broker, Pacer};
 use dlq::replay::{replay, resolve_target, Item, ReplayOptions, LEASE_MARGIN};
 use std::path::PathBuf;
 use std::time::Duration;
+
+/// What `replay ID --dry-run -o json` prints.
+#[derive(serde::Serialize)]
+struct DryRunJson<'a> {
+    body_base64: Base64<'a>,
+    body_text: Option<&'a str>,
+    delivery_mode: u8,
+    detail: String,
+    exchange: &'a str,
+    headers: &'a serde_json::Map<String, serde_json::Value>,
+    id: &'a str,
+    mandatory: bool,
+    message_id: Option<&'a str>,
+    outcome: &'static str,
+    routing_key: &'a str,
+    sha256: String,
+    state: dlq::model::State,
+}
 
 #[derive(Debug, Args)]
 pub struct ReplayArgs {
@@ -162,41 +180,43 @@ async fn single(
         // Nothing to ask: connect to the broker while the database work runs.
         broker.connect_early();
     }
-    // No separate schema check: `get` reads the derived columns only `dlq migrate` adds.
+    // No separate schema check: these reads name the derived columns only `dlq migrate`
+    // adds. The body is read only to be shown: the claim reads the row again.
     let store = ctx.store().await?;
-    let Some(row) = store.get(id).await? else {
-        broker.close().await;
-        return Ok(emit(
-            ctx,
-            &StepReport::new(
-                id,
-                Outcome::NotFound,
-                format!("no dead letter with id {id:?}"),
-            ),
-        ));
+    let not_found = || {
+        let detail = format!("no dead letter with id {id:?}");
+        emit(ctx, &StepReport::new(id, Outcome::NotFound, detail))
     };
-    let Some(target) = resolve_target(&row.summary, &opts) else {
+    let Some(summary) = store.summaries(&[id.to_string()]).await?.pop() else {
+        broker.close().await;
+        return Ok(not_found());
+    };
+    let Some(target) = resolve_target(&summary, &opts) else {
         return Err(DlqError::usage(format!(
             "dead letter {id} has no exchange, routing key or source queue: give --routing-key (and --exchange)"
         )).into());
     };
     if args.dry_run {
+        let Some(row) = store.get(id).await? else {
+            return Ok(not_found());
+        };
         let headers = replay_headers(&row.headers(), id, &row.summary.reason, &opts.operator);
-        let doc = serde_json::json!({
-            "id": id,
-            "outcome": "dry_run",
-            "detail": format!("would publish to {target}; nothing was claimed or published"),
-            "state": row.summary.state,
-            "exchange": target.exchange,
-            "routing_key": target.routing_key,
-            "message_id": row.summary.event_id,
-            "delivery_mode": 2,
-            "mandatory": true,
-            "headers": headers,
-            "sha256": row.sha256(),
-            "body_base64": base64::engine::general_purpose::STANDARD.encode(&row.body),
-            "body_text": std::str::from_utf8(&row.body).ok(),
-        });
+        // Written as it is encoded, keys in the order they always had (sorted).
+        let doc = DryRunJson {
+            body_base64: Base64(&row.body),
+            body_text: std::str::from_utf8(&row.body).ok(),
+            delivery_mode: 2,
+            detail: format!("would publish to {target}; nothing was claimed or published"),
+            exchange: &target.exchange,
+            headers: &headers,
+            id,
+            mandatory: true,
+            message_id: row.summary.event_id.as_deref(),
+            outcome: "dry_run",
+            routing_key: &target.routing_key,
+            sha256: row.sha256(),
+            state: row.summary.state,
+        };
         match ctx.format {
             Format::Json => ctx.out.json(&doc),
             _ => ctx.out.text(&format!(
@@ -211,6 +231,9 @@ async fn single(
         return Ok(dlq::exit::OK);
     }
     if require_consent(ctx, args.yes, "replay")? {
+        let Some(row) = store.get(id).await? else {
+            return Ok(not_found());
+        };
         let preview = super::output::truncate(&String::from_utf8_lossy(&row.body), 200);
         let line = |s: &str| dlq::sanitize::line(s).into_owned();
         eprintln!(
@@ -234,8 +257,6 @@ async fn single(
             ));
         }
     }
-    // The claim reads the row again; a large body is not held twice.
-    drop(row);
     let interrupted = watch_signals();
     broker.connect_early();
     let item = Item {

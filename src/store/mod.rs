@@ -16,7 +16,7 @@ pub mod sqlite;
 pub use read::{Backend, Dialect, Reads};
 
 use crate::error::{DlqError, Result};
-use crate::model::{DeadLetter, Filter, HistoryEntry, NewHistory, State};
+use crate::model::{Filter, HistoryEntry, NewHistory, State, Summary};
 use crate::secret::{scrub, SecretUrl};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -79,6 +79,15 @@ pub enum CaptureOutcome {
     Refused(String),
 }
 
+/// A row just claimed, without its body (read it with [`Reads::held`]): a claim holds
+/// its row lock only as long as its `UPDATE`, whatever the body's size.
+#[derive(Debug, Clone)]
+pub struct Claimed {
+    pub summary: Summary,
+    /// Database time at the claim, to tell how long the lease still runs.
+    pub db_now: DateTime<Utc>,
+}
+
 /// A row selected for a plan: its identity and body hash.
 #[derive(Debug, Clone)]
 pub struct PlanCandidate {
@@ -132,7 +141,7 @@ pub trait Store: Reads {
     async fn import(&self, rows: Vec<NewDeadLetter>, skip_existing: bool) -> Result<ImportReport>;
     /// Protocol step 1: claims each row that exists and is `pending` (not replayed, not
     /// discarded, no open attempt, no live lease), and appends the entry of `history` of
-    /// each row claimed, in one transaction. Returns the claimed rows whole, with the
+    /// each row claimed, in one transaction. Returns the claimed rows (no body), with the
     /// lease end and the database time.
     async fn claim(
         &self,
@@ -140,7 +149,7 @@ pub trait Store: Reads {
         token: &str,
         lease: Duration,
         history: &[NewHistory],
-    ) -> Result<Vec<DeadLetter>>;
+    ) -> Result<Vec<Claimed>>;
     /// Protocol step 2: where `token` holds the row, it is not replayed, no attempt is
     /// open and the lease outlives `outlive` on the database clock, records the attempt
     /// and swaps the token for `new_token`. Returns the IDs attempted: only these may be

@@ -1,14 +1,14 @@
 //! PostgreSQL: all of its SQL. Times are `timestamptz`; the clock is `now()`.
 
 use super::read::{
-    import_history, push_where, whole_row, whole_row_columns, Backend, Bind, Dialect, Doc,
+    claimed_columns, claimed_row, import_history, push_where, Backend, Bind, Dialect, Doc,
 };
 use super::{
     check_prune_filter, db_error, is_row_error, migration_error, newly_applied, state_predicate,
-    CaptureOutcome, CapturedLetter, ImportReport, NewDeadLetter, Store, StoreOptions,
+    CaptureOutcome, CapturedLetter, Claimed, ImportReport, NewDeadLetter, Store, StoreOptions,
 };
 use crate::error::{DlqError, Result};
-use crate::model::{ContentMatch, DeadLetter, Filter, NewHistory, State};
+use crate::model::{ContentMatch, Filter, NewHistory, State};
 use crate::secret::SecretUrl;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -108,6 +108,9 @@ impl Dialect for Postgres {
          'token_ref', h.token_ref, 'target', h.target, 'plan_id', h.plan_id) ORDER BY h.seq)::text \
          FROM dead_letter_history h WHERE h.dead_letter_id = dead_letters.id)";
     const UNBOUNDED: Option<&'static str> = Some("SET LOCAL statement_timeout = 0");
+    const SNAPSHOT: Option<&'static str> =
+        Some("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY");
+    const BODY_LEN: Option<&'static str> = Some("octet_length(body)");
 
     fn bind(qb: &mut QueryBuilder<'static, Self>, value: Bind) {
         match value {
@@ -191,7 +194,7 @@ impl Dialect for Postgres {
         row.try_get(col)
     }
 
-    fn bytes<'r>(row: &'r PgRow, col: &str) -> std::result::Result<&'r [u8], sqlx::Error> {
+    fn bytes<'r>(row: &'r PgRow, col: &str) -> std::result::Result<Option<&'r [u8]>, sqlx::Error> {
         row.try_get(col)
     }
 
@@ -356,7 +359,7 @@ impl Store for PgStore {
         token: &str,
         lease: Duration,
         history: &[NewHistory],
-    ) -> Result<Vec<DeadLetter>> {
+    ) -> Result<Vec<Claimed>> {
         let sql = format!(
             "WITH c AS (UPDATE dead_letters \
                  SET replay_claim_owner = $2, \
@@ -366,7 +369,7 @@ impl Store for PgStore {
              h AS ({}) \
              SELECT * FROM c",
             state_predicate(State::Pending, NOW),
-            whole_row_columns::<Postgres>(),
+            claimed_columns::<Postgres>(),
             insert_history(4, Some("c"))
         );
         let query = sqlx::query(sql.as_str())
@@ -378,7 +381,7 @@ impl Store for PgStore {
             .await
             .map_err(db_error)?;
         rows.iter()
-            .map(whole_row::<Postgres>)
+            .map(claimed_row::<Postgres>)
             .collect::<std::result::Result<_, _>>()
             .map_err(db_error)
     }

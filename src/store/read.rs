@@ -8,7 +8,7 @@
 //! inserts and the migrations stay in each backend's file: they differ for real reasons
 //! (one statement with a data-modifying `WITH` there, an IMMEDIATE transaction here).
 
-use super::{state_case, state_predicate, NewDeadLetter, PlanCandidate};
+use super::{state_case, state_predicate, Claimed, NewDeadLetter, PlanCandidate};
 use crate::error::{DlqError, Result};
 use crate::model::{
     sha256_hex, token_operator, token_ref, ContentMatch, DeadLetter, Dimension, Filter, Group,
@@ -51,6 +51,11 @@ pub trait Dialect: Database {
     const HISTORY_JSON: &'static str;
     /// Run before the export's one statement, in its transaction (none: no transaction).
     const UNBOUNDED: Option<&'static str>;
+    /// Makes the current transaction read one snapshot (none: it always does).
+    const SNAPSHOT: Option<&'static str>;
+    /// The body's length in bytes, as SQL, where a large body is best read in slices
+    /// (see [`BODY_INLINE_MAX`]); `None`: always read whole.
+    const BODY_LEN: Option<&'static str>;
 
     fn bind(qb: &mut QueryBuilder<'static, Self>, value: Bind);
     /// `id` is one of `ids`.
@@ -75,7 +80,7 @@ pub trait Dialect: Database {
     fn text(row: &Self::Row, col: &str, lossy: bool) -> Decoded<Option<String>>;
     fn int(row: &Self::Row, col: &str) -> Decoded<i64>;
     fn time(row: &Self::Row, col: &str) -> Decoded<Option<DateTime<Utc>>>;
-    fn bytes<'r>(row: &'r Self::Row, col: &str) -> Decoded<&'r [u8]>;
+    fn bytes<'r>(row: &'r Self::Row, col: &str) -> Decoded<Option<&'r [u8]>>;
     fn fetch<'e>(
         conn: &'e mut Self::Connection,
         query: Query<'e, Self, <Self as Database>::Arguments<'static>>,
@@ -244,10 +249,24 @@ pub(crate) fn summary_columns(now: &str) -> String {
     )
 }
 
+/// A body longer than this is not sent with its row but read after it in slices of
+/// [`BODY_SLICE`] bytes into one buffer, where the dialect has a [`Dialect::BODY_LEN`].
+/// PostgreSQL's driver holds a value twice while it reads it and decoding copies it once
+/// more: read whole, a 50 MiB body cost 3.2x its size (docs/performance.md).
+pub const BODY_INLINE_MAX: i64 = 1 << 20;
+pub const BODY_SLICE: i64 = 8 << 20;
+
 /// The columns of a whole row, as [`whole_row`] reads them (also a RETURNING list).
 pub(crate) fn whole_row_columns<D: Dialect>() -> String {
+    let body = match D::BODY_LEN {
+        Some(len) => format!(
+            "CASE WHEN {len} <= {BODY_INLINE_MAX} THEN body END AS body, \
+             CAST({len} AS BIGINT) AS body_len"
+        ),
+        None => "body, 0 AS body_len".to_string(),
+    };
     format!(
-        "{}, headers_json, body, {} AS db_now",
+        "{}, headers_json, {body}, {} AS db_now",
         summary_columns(D::NOW),
         D::NOW
     )
@@ -297,13 +316,105 @@ pub(crate) fn summary<D: Dialect>(row: &D::Row) -> Decoded<Summary> {
     })
 }
 
-pub(crate) fn whole_row<D: Dialect>(row: &D::Row) -> Decoded<DeadLetter> {
-    Ok(DeadLetter {
+/// The columns of a claimed row, as [`claimed_row`] reads them (a RETURNING list).
+pub(crate) fn claimed_columns<D: Dialect>() -> String {
+    format!("{}, {} AS db_now", summary_columns(D::NOW), D::NOW)
+}
+
+pub(crate) fn claimed_row<D: Dialect>(row: &D::Row) -> Decoded<Claimed> {
+    Ok(Claimed {
         summary: summary::<D>(row)?,
-        headers_json: required(text::<D>(row, "headers_json")?, "headers_json")?,
-        body: D::bytes(row, "body")?.to_vec(),
         db_now: time::<D>(row, "db_now")?,
     })
+}
+
+/// A row read by [`whole_row_columns`]: whole, or with its body still to read (its
+/// length in bytes; see [`read_bodies`]).
+pub(crate) type Partial = (DeadLetter, Option<i64>);
+
+pub(crate) fn whole_row<D: Dialect>(row: &D::Row) -> Decoded<Partial> {
+    let (body, to_read) = match D::bytes(row, "body")? {
+        Some(body) => (body.to_vec(), None),
+        None => (Vec::new(), Some(D::int(row, "body_len")?)),
+    };
+    let letter = DeadLetter {
+        summary: summary::<D>(row)?,
+        headers_json: required(text::<D>(row, "headers_json")?, "headers_json")?,
+        body,
+        db_now: time::<D>(row, "db_now")?,
+    };
+    Ok((letter, to_read))
+}
+
+/// Completes rows read by [`whole_row`]: each body left out is read in slices into one
+/// buffer of its final size, on `conn` (in one snapshot, see [`whole_rows`]). A row
+/// deleted meanwhile is an error, never a shorter body.
+async fn read_bodies<D: Dialect>(
+    conn: &mut D::Connection,
+    rows: Vec<Partial>,
+    err: impl Fn(sqlx::Error) -> DlqError,
+) -> Result<Vec<DeadLetter>> {
+    let mut out = Vec::with_capacity(rows.len());
+    for (mut letter, to_read) in rows {
+        if let Some(len) = to_read {
+            letter.body = read_body::<D>(conn, &letter.summary.id, len, &err).await?;
+        }
+        out.push(letter);
+    }
+    Ok(out)
+}
+
+/// At most four slices, so a body stored compressed (where each `substr` decompresses
+/// everything before its slice) costs at most 2.5 whole reads; at least [`BODY_SLICE`].
+fn slice_len(len: i64) -> i64 {
+    BODY_SLICE.max((len + 3) / 4)
+}
+
+async fn read_body<D: Dialect>(
+    conn: &mut D::Connection,
+    id: &str,
+    len: i64,
+    err: &impl Fn(sqlx::Error) -> DlqError,
+) -> Result<Vec<u8>> {
+    let gone = || {
+        DlqError::other(format!(
+            "the body of {id} changed or the row was deleted while it was read"
+        ))
+    };
+    let slice = slice_len(len);
+    let mut body: Vec<u8> = Vec::new();
+    // The snapshot's length, read with the first slice.
+    let mut total: Option<i64> = None;
+    while total.is_none_or(|t| (body.len() as i64) < t) {
+        let before = body.len();
+        let mut qb = QueryBuilder::new("SELECT substr(body, CAST(");
+        D::bind(&mut qb, Bind::Int(before as i64 + 1));
+        qb.push(" AS INTEGER), CAST(");
+        D::bind(&mut qb, Bind::Int(slice));
+        qb.push(format!(
+            " AS INTEGER)) AS part, CAST({} AS BIGINT) AS len FROM dead_letters WHERE id = ",
+            D::BODY_LEN.unwrap_or("length(body)")
+        ));
+        D::bind(&mut qb, Bind::Text(id.to_string()));
+        let mut parts = D::fetch(conn, qb.build());
+        let row = parts.try_next().await.map_err(err)?.ok_or_else(gone)?;
+        let part = D::bytes(&row, "part").and_then(|p| required(p, "part"));
+        let part = part.map_err(err)?;
+        if total.is_none() {
+            let t = D::int(&row, "len").map_err(err)?;
+            body.try_reserve_exact(t as usize).map_err(|_| {
+                DlqError::other(format!(
+                    "the body of {id} ({t} bytes) does not fit in memory"
+                ))
+            })?;
+            total = Some(t);
+        }
+        body.extend_from_slice(part);
+        if body.len() == before && total.is_some_and(|t| t > 0) {
+            return Err(gone());
+        }
+    }
+    Ok(body)
 }
 
 /// A time as the export prints it: to the millisecond, the precision both stores keep.
@@ -319,7 +430,7 @@ fn exported<D: Dialect>(row: &D::Row) -> Result<NewDeadLetter> {
         Ok(NewDeadLetter {
             line: 0,
             id: required(t("id")?, "id")?,
-            body: D::bytes(row, "body")?.to_vec(),
+            body: required(D::bytes(row, "body")?, "body")?.to_vec(),
             reason: required(t("reason")?, "reason")?,
             attempts: D::int(row, "attempts")?,
             headers_json: required(t("headers_json")?, "headers_json")?,
@@ -412,6 +523,29 @@ async fn all<B: Backend, T: Send>(
     })
     .await?;
     Ok(out)
+}
+
+/// Whole rows: the rows, then any large body in slices, all of each body from one
+/// snapshot (never pieced together from two versions of a row).
+async fn whole_rows<B: Backend>(
+    b: &B,
+    qb: &mut QueryBuilder<'static, B::Db>,
+) -> Result<Vec<DeadLetter>> {
+    let rows = all(b, qb, whole_row::<B::Db>).await?;
+    if rows.iter().all(|(_, to_read)| to_read.is_none()) {
+        return Ok(rows.into_iter().map(|(letter, _)| letter).collect());
+    }
+    let err = |e| b.db_err(e);
+    let mut tx = b.pool().begin().await.map_err(err)?;
+    if let Some(snapshot) = B::Db::SNAPSHOT {
+        B::Db::fetch(&mut tx, QueryBuilder::new(snapshot).build())
+            .try_collect::<Vec<_>>()
+            .await
+            .map_err(err)?;
+    }
+    let rows = read_bodies::<B::Db>(&mut tx, rows, err).await?;
+    tx.rollback().await.map_err(err)?;
+    Ok(rows)
 }
 
 async fn count_of<B: Backend>(b: &B, qb: &mut QueryBuilder<'static, B::Db>) -> Result<i64> {
@@ -576,8 +710,7 @@ impl<B: Backend> Reads for B {
     }
 
     async fn load(&self, ids: &[String]) -> Result<Vec<DeadLetter>> {
-        let mut qb = by_ids(&whole_row_columns::<B::Db>(), ids);
-        all(self, &mut qb, whole_row::<B::Db>).await
+        whole_rows(self, &mut by_ids(&whole_row_columns::<B::Db>(), ids)).await
     }
 
     async fn summaries(&self, ids: &[String]) -> Result<Vec<Summary>> {
@@ -622,7 +755,7 @@ impl<B: Backend> Reads for B {
                 reason: required(t("reason")?, "reason")?,
                 producer: t("eff_producer")?,
                 schema_version: t("eff_schema_version")?,
-                sha256: sha256_hex(B::Db::bytes(r, "body")?),
+                sha256: sha256_hex(required(B::Db::bytes(r, "body")?, "body")?),
             })
         })
         .await
@@ -636,7 +769,7 @@ impl<B: Backend> Reads for B {
             " AND replay_attempt_at IS NULL AND {}",
             state_predicate(State::Claimed, B::Db::NOW)
         ));
-        all(self, &mut qb, whole_row::<B::Db>).await
+        whole_rows(self, &mut qb).await
     }
 
     async fn dead_lettered_since(

@@ -6,14 +6,14 @@
 
 use super::identity::identity_hint;
 use super::read::{
-    import_history, push_where, whole_row, whole_row_columns, Backend, Bind, Dialect, Doc,
+    claimed_columns, claimed_row, import_history, push_where, Backend, Bind, Dialect, Doc,
 };
 use super::{
     check_prune_filter, db_error, is_row_error, migration_error, newly_applied, state_predicate,
-    CaptureOutcome, CapturedLetter, ImportReport, NewDeadLetter, Store, StoreOptions,
+    CaptureOutcome, CapturedLetter, Claimed, ImportReport, NewDeadLetter, Store, StoreOptions,
 };
 use crate::error::{DlqError, Result};
-use crate::model::{ContentMatch, DeadLetter, Filter, NewHistory, State};
+use crate::model::{ContentMatch, Filter, NewHistory, State};
 use crate::secret::SecretUrl;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -175,6 +175,9 @@ impl Dialect for Sqlite {
                WHERE dead_letter_id = dead_letters.id ORDER BY seq) h)";
     // In WAL mode one statement never blocks a writer: no transaction needed.
     const UNBOUNDED: Option<&'static str> = None;
+    const SNAPSHOT: Option<&'static str> = None;
+    // substr() of a BLOB loads the whole value: slices would only cost more.
+    const BODY_LEN: Option<&'static str> = None;
 
     fn bind(qb: &mut QueryBuilder<'static, Self>, value: Bind) {
         match value {
@@ -286,7 +289,10 @@ impl Dialect for Sqlite {
         Ok(row.try_get::<Option<i64>, _>(col)?.map(from_ms))
     }
 
-    fn bytes<'r>(row: &'r SqliteRow, col: &str) -> std::result::Result<&'r [u8], sqlx::Error> {
+    fn bytes<'r>(
+        row: &'r SqliteRow,
+        col: &str,
+    ) -> std::result::Result<Option<&'r [u8]>, sqlx::Error> {
         row.try_get(col)
     }
 
@@ -438,42 +444,29 @@ impl Store for SqliteStore {
         token: &str,
         lease: Duration,
         history: &[NewHistory],
-    ) -> Result<Vec<DeadLetter>> {
+    ) -> Result<Vec<Claimed>> {
         let mut tx = self.begin_write().await?;
-        // RETURNING id only: SQLite materializes every RETURNING row before the first is
-        // read, so returning the body would copy it once more (docs/performance.md).
+        // No body: SQLite materializes every RETURNING row before the first is read.
         let claim = format!(
             "UPDATE dead_letters SET replay_claim_owner = ?2, \
                  replay_claim_expires_at = {NOW_MS} + ?3 \
              WHERE {IN_IDS} AND {} \
-             RETURNING id",
+             RETURNING {}",
             state_predicate(State::Pending, NOW_MS),
+            claimed_columns::<Sqlite>(),
         );
-        let select = format!(
-            "SELECT {} FROM dead_letters WHERE {IN_IDS}",
-            whole_row_columns::<Sqlite>()
-        );
-        let claimed: Vec<String> = sqlx::query_scalar(&claim)
+        let rows = sqlx::query(&claim)
             .bind(ids_json(ids))
             .bind(token)
             .bind(lease.as_millis() as i64)
             .fetch_all(&mut *tx)
             .await
             .map_err(self.err())?;
-        let rows = match claimed.is_empty() {
-            true => Vec::new(),
-            false => sqlx::query(&select)
-                .bind(ids_json(&claimed))
-                .fetch_all(&mut *tx)
-                .await
-                .map_err(self.err())?,
-        };
         let claimed = rows
             .iter()
-            .map(whole_row::<Sqlite>)
+            .map(claimed_row::<Sqlite>)
             .collect::<std::result::Result<Vec<_>, _>>()
             .map_err(self.err())?;
-        drop(rows);
         let ids: HashSet<&str> = claimed.iter().map(|r| r.summary.id.as_str()).collect();
         insert_history(&mut tx, &only_for(history, &ids))
             .await
