@@ -449,3 +449,51 @@ fn body_identity_with_duplicate_keys_or_lone_surrogates_is_the_same_on_both_stor
         "event_id differs between stores: {seen:?}"
     );
 }
+
+/// docs/replay-protocol.md step 1: "A body that cannot be read releases the claim
+/// (`not_replayed`, nothing was sent)". The release happens, but `replay ID` reports no
+/// outcome: it exits 1 with a bare database error, and a plan run stops the same way.
+#[test]
+fn a_body_read_failure_reports_not_replayed_as_documented() {
+    let mut rabbit = Rabbit::new();
+    let queue = rabbit.queue("rf_doc");
+    let db = TestDb::migrated(Backend::Postgres);
+    db.add(letter("big", &queue, &body(8, 3 * MIB)));
+    gate_slices(&db, false);
+    let out = rt().block_on(async {
+        use sqlx::Connection;
+        let mut gate = sqlx::PgConnection::connect(&db.url).await.unwrap();
+        sqlx::query("SELECT pg_advisory_lock(4343)")
+            .execute(&mut gate)
+            .await
+            .unwrap();
+        let child = db
+            .cmd()
+            .args(["replay", "big", "--yes", "--lock-timeout", "60s"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        for pid in wait_for_gate(&mut gate, "the replay").await {
+            sqlx::query("SELECT pg_terminate_backend($1)")
+                .bind(pid)
+                .execute(&mut gate)
+                .await
+                .unwrap();
+        }
+        sqlx::query("SELECT pg_advisory_unlock(4343)")
+            .execute(&mut gate)
+            .await
+            .unwrap();
+        child.wait_with_output().unwrap()
+    });
+    let r = Run::from(out);
+    eprintln!("{} {}", r.code, r.all());
+    assert_eq!(rabbit.count(&queue), 0);
+    assert_eq!(
+        db.scalar("SELECT count(*) FROM dead_letters WHERE replay_claim_owner IS NULL"),
+        1
+    );
+    assert_eq!(r.code, 3, "{}", r.all());
+    assert_eq!(r.json()["outcome"], "not_replayed", "{}", r.all());
+}
