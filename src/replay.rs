@@ -175,6 +175,10 @@ pub async fn replay(
     Ok(batch.into_reports())
 }
 
+/// How long `replay` keeps trying to read rows it has just claimed while the database is
+/// briefly unavailable, before it releases them (`not_replayed`).
+const HELD_READ_RETRY: Duration = Duration::from_secs(10);
+
 /// How long the shortest of these leases still runs, by the database's clock.
 fn lease_left<'r>(rows: impl Iterator<Item = (&'r Summary, DateTime<Utc>)>) -> Duration {
     rows.filter_map(|(s, now)| (s.replay_claim_expires_at? - now).to_std().ok())
@@ -252,7 +256,12 @@ impl<'a> Batch<'a> {
                     .await?;
                 self.lease_end = asked + lease_left(claimed.iter().map(|c| (&c.summary, c.db_now)));
                 let claimed: Vec<String> = claimed.into_iter().map(|c| c.summary.id).collect();
-                match store.held(&claimed, &self.token).await {
+                let until = self.lease_end.min(Instant::now() + HELD_READ_RETRY);
+                let held = retrying(until, &AtomicBool::new(false), || {
+                    store.held(&claimed, &self.token)
+                })
+                .await;
+                match held {
                     Ok(rows) => rows,
                     Err(e) => {
                         let token = self.token.clone();
@@ -260,7 +269,7 @@ impl<'a> Batch<'a> {
                             format!("its body could not be read ({e}); nothing was published");
                         self.release(store, &claimed, &token, Outcome::NotReplayed, &why)
                             .await;
-                        return Err(e);
+                        return Ok(());
                     }
                 }
             }

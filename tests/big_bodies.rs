@@ -313,12 +313,15 @@ fn a_body_that_cannot_be_read_whole_is_neither_published_nor_shown_cut() {
         shown.stderr
     );
     let r = db.dlq(&["replay", "cut", "--yes"]);
-    assert_ne!(r.code, 0, "{}", r.all());
+    assert_eq!(r.code, 3, "{}", r.all());
+    let v = r.json();
+    assert_eq!(v["outcome"], "not_replayed", "{v}");
+    let detail = v["detail"].as_str().unwrap();
     assert!(
-        r.stderr.contains("changed or the row was deleted"),
-        "{}",
-        r.stderr
+        detail.contains("changed or the row was deleted"),
+        "{detail}"
     );
+    assert!(detail.contains("nothing was published"), "{detail}");
     assert!(
         rabbit.drain(&queue).is_empty(),
         "published a body it could not read"
