@@ -4,21 +4,8 @@
 
 mod common;
 
-use base64::Engine;
 use common::*;
 use serde_json::{json, Value};
-
-const MIB: usize = 1024 * 1024;
-
-fn b64(bytes: &[u8]) -> String {
-    base64::engine::general_purpose::STANDARD.encode(bytes)
-}
-
-fn unb64(v: &Value) -> Vec<u8> {
-    base64::engine::general_purpose::STANDARD
-        .decode(v.as_str().expect("body_base64 is a string"))
-        .unwrap()
-}
 
 fn sha256(bytes: &[u8]) -> String {
     dlq::model::sha256_hex(bytes)
@@ -298,12 +285,7 @@ fn a_body_that_cannot_be_read_whole_is_neither_published_nor_shown_cut() {
         line("cut", &queue, &body, false).as_bytes(),
     );
     assert_eq!(r.code, 0, "{}", r.stderr);
-    let name = db.url.rsplit('/').next().unwrap().to_string();
-    db.sql(&[
-        "CREATE FUNCTION public.substr(bytea, integer, integer) RETURNS bytea \
-         LANGUAGE sql AS $$ SELECT ''::bytea $$",
-        &format!("ALTER DATABASE {name} SET search_path = public, pg_catalog"),
-    ]);
+    replace_substr(&db, "RETURN ''::bytea;");
     let shown = db.dlq(&["show", "cut"]);
     assert_eq!(shown.code, 1, "{}", shown.all());
     assert_eq!(shown.stdout, "");
@@ -346,17 +328,11 @@ fn a_body_read_in_slices_comes_from_one_version_of_the_row() {
     let new = [new.as_slice(), &new[..MIB]].concat(); // 9 MiB: two slices
     let r = db.dlq_stdin(&["import", "-"], line("twice", "q", &old, false).as_bytes());
     assert_eq!(r.code, 0, "{}", r.stderr);
-    let name = db.url.rsplit('/').next().unwrap().to_string();
-    db.sql(&[
-        "CREATE FUNCTION public.substr(b bytea, f integer, n integer) RETURNS bytea \
-         LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_advisory_xact_lock_shared(4242); \
-         RETURN pg_catalog.substr(b, f, n); END $$",
-        &format!("ALTER DATABASE {name} SET search_path = public, pg_catalog"),
-    ]);
+    gate_slices(&db, false);
     let shown = rt().block_on(async {
         use sqlx::Connection;
         let mut gate = sqlx::PgConnection::connect(&db.url).await.unwrap();
-        sqlx::query("SELECT pg_advisory_lock(4242)")
+        sqlx::query("SELECT pg_advisory_lock(4343)")
             .execute(&mut gate)
             .await
             .unwrap();
@@ -366,25 +342,13 @@ fn a_body_read_in_slices_comes_from_one_version_of_the_row() {
             .stdout(std::process::Stdio::piped())
             .spawn()
             .unwrap();
-        loop {
-            let waiting: i64 = sqlx::query_scalar(
-                "SELECT count(*) FROM pg_stat_activity \
-                 WHERE wait_event_type = 'Lock' AND wait_event = 'advisory'",
-            )
-            .fetch_one(&mut gate)
-            .await
-            .unwrap();
-            if waiting > 0 {
-                break;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-        }
+        wait_for_gate(&mut gate, "show").await;
         sqlx::query("UPDATE dead_letters SET body = $1 WHERE id = 'twice'")
             .bind(&new)
             .execute(&mut gate)
             .await
             .unwrap();
-        sqlx::query("SELECT pg_advisory_unlock(4242)")
+        sqlx::query("SELECT pg_advisory_unlock(4343)")
             .execute(&mut gate)
             .await
             .unwrap();

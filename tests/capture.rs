@@ -182,11 +182,6 @@ fn shown(db: &TestDb) -> Vec<Value> {
     rows
 }
 
-fn b64(b: &[u8]) -> String {
-    use base64::Engine;
-    base64::engine::general_purpose::STANDARD.encode(b)
-}
-
 #[test]
 fn rejected_messages_are_captured_byte_for_byte_with_their_x_death() {
     for backend in BACKENDS {

@@ -5,58 +5,7 @@ mod common;
 
 use common::*;
 use std::process::Stdio;
-use std::time::{Duration, Instant};
-
-const MIB: usize = 1024 * 1024;
-
-/// Incompressible bytes, different for every seed.
-fn body(seed: u32, len: usize) -> Vec<u8> {
-    let mut x: u32 = 0x9e37_79b9 ^ seed.wrapping_mul(0x85eb_ca6b);
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 17;
-            x ^= x << 5;
-            (x >> 24) as u8
-        })
-        .collect()
-}
-
-/// Makes every `substr` of a body (the slice reads of `held`) wait on advisory lock 4343,
-/// but only in the first session that gets there (`only_first`), or in all of them.
-fn gate_slices(db: &TestDb, only_first: bool) {
-    let name = db.url.rsplit('/').next().unwrap().to_string();
-    let body = if only_first {
-        "IF pg_try_advisory_lock(777) THEN PERFORM pg_advisory_xact_lock_shared(4343); END IF;"
-    } else {
-        "PERFORM pg_advisory_xact_lock_shared(4343);"
-    };
-    db.sql(&[
-        &format!(
-            "CREATE FUNCTION public.substr(b bytea, f integer, n integer) RETURNS bytea \
-             LANGUAGE plpgsql AS $$ BEGIN {body} RETURN pg_catalog.substr(b, f, n); END $$"
-        ),
-        &format!("ALTER DATABASE {name} SET search_path = public, pg_catalog"),
-    ]);
-}
-
-async fn wait_for_gate(gate: &mut sqlx::PgConnection, what: &str) -> Vec<i32> {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let pids: Vec<i32> = sqlx::query_scalar(
-            "SELECT pid FROM pg_stat_activity \
-             WHERE wait_event_type = 'Lock' AND wait_event = 'advisory'",
-        )
-        .fetch_all(&mut *gate)
-        .await
-        .unwrap();
-        if !pids.is_empty() {
-            return pids;
-        }
-        assert!(Instant::now() < deadline, "{what} never reached the gate");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
+use std::time::Duration;
 
 /// (a) Replay A claims a large body with a short lease and its `held` read is held up
 /// until the lease has lapsed; replay B then claims, publishes and marks the row. When
@@ -66,7 +15,7 @@ fn a_lease_lapsing_during_the_body_read_never_publishes_twice() {
     let mut rabbit = Rabbit::new();
     let queue = rabbit.queue("rf_lapse");
     let db = TestDb::migrated(Backend::Postgres);
-    let b = body(11, 3 * MIB);
+    let b = noise(11, 3 * MIB);
     db.add(letter("big", &queue, &b));
     gate_slices(&db, true);
     let (a, second) = rt().block_on(async {
@@ -121,16 +70,17 @@ fn a_lease_lapsing_during_the_body_read_never_publishes_twice() {
     assert!(got[0].body == b);
 }
 
-/// (c) A plan run whose second batch's `held` read fails on a broken connection (the
-/// backend is terminated mid-slice): the first row is replayed once, the second released
-/// (pending, no claim left behind, history says why), and nothing of it published.
+/// (c) A plan run whose `held` reads lose their connection (each backend reading a slice
+/// is terminated): the reads are tried again, and every row is published once and marked
+/// replayed; none is left claimed or with an open attempt. (It used to release the batch
+/// and stop; a body that cannot be read at all still does, see big_bodies.rs.)
 #[test]
-fn a_plan_run_whose_body_read_loses_its_connection_releases_and_stops() {
+fn a_plan_run_whose_body_read_loses_its_connection_reads_again() {
     let mut rabbit = Rabbit::new();
     let queue = rabbit.queue("rf_cut");
     let db = TestDb::migrated(Backend::Postgres);
-    let small = body(1, 1000);
-    let big = body(2, 3 * MIB);
+    let small = noise(1, 1000);
+    let big = noise(2, 3 * MIB);
     db.add(letter("a-small", &queue, &small));
     db.add(letter("b-big", &queue, &big));
     db.add(letter("c-big", &queue, &big));
@@ -214,18 +164,11 @@ fn a_plan_run_whose_body_read_loses_its_connection_releases_and_stops() {
         ));
         assert_eq!(stuck, 0, "{id} left claimed/attempted: {}", run.all());
     }
-    assert_ne!(run.code, 0, "{}", run.all());
-    assert_eq!(counts.get("a-small"), Some(&1), "{}", run.all());
-    assert_eq!(
-        db.scalar(
-            "SELECT count(*) FROM dead_letter_history WHERE dead_letter_id = 'b-big' \
-             AND action = 'release' AND detail LIKE 'its body could not be read%'"
-        ),
-        1,
-        "b-big's release is not in its history"
-    );
-    // (c-big's batch may be in flight in a second worker; it must end released or
-    // replayed, which the loop above checks.)
+    // A lost connection is transient: the read is tried again and the run completes.
+    assert_eq!(run.code, 0, "{}", run.all());
+    for id in ["a-small", "b-big", "c-big"] {
+        assert_eq!(counts.get(id), Some(&1), "{id}: {}", run.all());
+    }
 }
 
 /// SQLite: rows written by workers' own SQL in ways the triggers must follow (`INSERT OR
@@ -379,7 +322,7 @@ fn sigterm_during_the_body_read_releases_and_publishes_nothing() {
     let mut rabbit = Rabbit::new();
     let queue = rabbit.queue("rf_term");
     let db = TestDb::migrated(Backend::Postgres);
-    let b = body(5, 3 * MIB);
+    let b = noise(5, 3 * MIB);
     db.add(letter("big", &queue, &b));
     gate_slices(&db, false);
     let out = rt().block_on(async {
@@ -492,7 +435,7 @@ fn a_body_read_cut_by_a_lost_connection_is_read_again_and_published_once() {
     let mut rabbit = Rabbit::new();
     let queue = rabbit.queue("rf_doc");
     let db = TestDb::migrated(Backend::Postgres);
-    db.add(letter("big", &queue, &body(8, 3 * MIB)));
+    db.add(letter("big", &queue, &noise(8, 3 * MIB)));
     gate_slices(&db, false);
     let out = rt().block_on(async {
         use sqlx::Connection;

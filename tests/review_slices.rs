@@ -4,12 +4,8 @@
 
 mod common;
 
-use base64::Engine;
 use common::*;
 use std::process::Stdio;
-use std::time::{Duration, Instant};
-
-const MIB: usize = 1024 * 1024;
 
 /// Sizes around the inline limit (1 MiB) and the slice (8 MiB).
 const SIZES: [usize; 9] = [
@@ -24,31 +20,12 @@ const SIZES: [usize; 9] = [
     16 * MIB + 1,
 ];
 
-/// Incompressible bytes, different for every seed (so a mixed-up body shows).
-fn body(seed: u32, len: usize) -> Vec<u8> {
-    let mut x: u32 = 0x9e37_79b9 ^ seed.wrapping_mul(0x85eb_ca6b);
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 17;
-            x ^= x << 5;
-            (x >> 24) as u8
-        })
-        .collect()
-}
-
-fn unb64(v: &serde_json::Value) -> Vec<u8> {
-    base64::engine::general_purpose::STANDARD
-        .decode(v.as_str().expect("body_base64"))
-        .unwrap()
-}
-
 fn import(db: &TestDb, prefix: &str, queue: &str) -> Vec<(String, Vec<u8>)> {
     let mut rows = Vec::new();
     let mut lines = String::new();
     for (i, len) in SIZES.iter().enumerate() {
         let id = format!("{prefix}-{i}-{len}");
-        let b = body(i as u32 + prefix.len() as u32 * 100, *len);
+        let b = noise(i as u32 + prefix.len() as u32 * 100, *len);
         lines.push_str(&letter(&id, queue, &b).to_string());
         lines.push('\n');
         rows.push((id, b));
@@ -165,15 +142,9 @@ fn a_second_claim_while_the_first_reads_the_body_gets_a_clean_not_claimed() {
     let mut rabbit = Rabbit::new();
     let queue = rabbit.queue("rv_lock");
     let db = TestDb::migrated(Backend::Postgres);
-    let b = body(3, 3 * MIB);
+    let b = noise(3, 3 * MIB);
     db.add(letter("big", &queue, &b));
-    let name = db.url.rsplit('/').next().unwrap().to_string();
-    db.sql(&[
-        "CREATE FUNCTION public.substr(b bytea, f integer, n integer) RETURNS bytea \
-         LANGUAGE plpgsql AS $$ BEGIN PERFORM pg_advisory_xact_lock_shared(4343); \
-         RETURN pg_catalog.substr(b, f, n); END $$",
-        &format!("ALTER DATABASE {name} SET search_path = public, pg_catalog"),
-    ]);
+    gate_slices(&db, false);
     let (a, second) = rt().block_on(async {
         use sqlx::Connection;
         let mut gate = sqlx::PgConnection::connect(&db.url).await.unwrap();
@@ -188,24 +159,7 @@ fn a_second_claim_while_the_first_reads_the_body_gets_a_clean_not_claimed() {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let waiting: i64 = sqlx::query_scalar(
-                "SELECT count(*) FROM pg_stat_activity \
-                 WHERE wait_event_type = 'Lock' AND wait_event = 'advisory'",
-            )
-            .fetch_one(&mut gate)
-            .await
-            .unwrap();
-            if waiting > 0 {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "A never started reading the body"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        wait_for_gate(&mut gate, "A").await;
         let second = db.dlq(&["claim", "big", "--lock-timeout", "1s"]);
         sqlx::query("SELECT pg_advisory_unlock(4343)")
             .execute(&mut gate)
@@ -258,7 +212,7 @@ fn no_password_in_verbose_sliced_replay_or_its_errors() {
     let mut rabbit = Rabbit::new();
     let queue = rabbit.queue("rv_secret");
     let db = TestDb::migrated(Backend::Postgres);
-    let b = body(9, 9 * MIB);
+    let b = noise(9, 9 * MIB);
     db.add(letter("s1", &queue, &b));
     let pg = db.url.replace("postgres@", "postgres:pg-s3cret-pw@");
     let amqp = "amqp://guest:guest@127.0.0.1:5672/%2f";

@@ -3,14 +3,9 @@
 //! PostgreSQL, SQLite and RabbitMQ, the real binary.
 
 mod common;
-use base64::Engine;
 use common::*;
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
-
-fn b64(b: &[u8]) -> String {
-    base64::engine::general_purpose::STANDARD.encode(b)
-}
 
 /// A dead letter to import, with this body and these headers.
 fn row(id: &str, body: &[u8], headers: Value) -> Value {

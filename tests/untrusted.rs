@@ -93,10 +93,6 @@ impl Raw {
     }
 }
 
-fn b64(bytes: &[u8]) -> String {
-    base64::engine::general_purpose::STANDARD.encode(bytes)
-}
-
 /// Bodies that attack each way a body is shown.
 fn hostile_bodies() -> Vec<(&'static str, Vec<u8>)> {
     vec![

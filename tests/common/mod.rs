@@ -809,3 +809,80 @@ pub fn write_config(dir: &std::path::Path, body: &str) -> std::path::PathBuf {
     std::fs::write(&p, body).unwrap();
     p
 }
+
+// Bodies, and a gate on PostgreSQL's reads of a large body in slices.
+
+pub const MIB: usize = 1024 * 1024;
+
+/// `len` incompressible bytes, different for every seed (so a mixed-up body shows).
+pub fn noise(seed: u32, len: usize) -> Vec<u8> {
+    let mut x: u32 = 0x9e37_79b9 ^ seed.wrapping_mul(0x85eb_ca6b);
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            (x >> 24) as u8
+        })
+        .collect()
+}
+
+pub fn b64(bytes: &[u8]) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+/// The bytes of a `body_base64` value.
+pub fn unb64(v: &serde_json::Value) -> Vec<u8> {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD
+        .decode(v.as_str().expect("body_base64 is a string"))
+        .unwrap()
+}
+
+/// Replaces `substr` of a body (dlq's slice reads) in `db` by `sql` (a PL/pgSQL body
+/// over `b`, `f`, `n`): PostgreSQL looks in `public` first from the next session on.
+pub fn replace_substr(db: &TestDb, sql: &str) {
+    let name = db.url.rsplit('/').next().unwrap().to_string();
+    db.sql(&[
+        &format!(
+            "CREATE FUNCTION public.substr(b bytea, f integer, n integer) RETURNS bytea \
+             LANGUAGE plpgsql AS $$ BEGIN {sql} END $$"
+        ),
+        &format!("ALTER DATABASE {name} SET search_path = public, pg_catalog"),
+    ]);
+}
+
+/// Makes every slice read wait on advisory lock 4343 (held by the test with
+/// `pg_advisory_lock`), in the first session that gets there (`only_first`) or in all.
+pub fn gate_slices(db: &TestDb, only_first: bool) {
+    let wait = if only_first {
+        "IF pg_try_advisory_lock(777) THEN PERFORM pg_advisory_xact_lock_shared(4343); END IF;"
+    } else {
+        "PERFORM pg_advisory_xact_lock_shared(4343);"
+    };
+    replace_substr(db, &format!("{wait} RETURN pg_catalog.substr(b, f, n);"));
+}
+
+/// The backends of `gate`'s database waiting at the gate (other tests run beside this
+/// one, each in its own database), once there is one (at most a minute).
+pub async fn wait_for_gate(gate: &mut sqlx::PgConnection, what: &str) -> Vec<i32> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let pids: Vec<i32> = sqlx::query_scalar(
+            "SELECT pid FROM pg_stat_activity WHERE datname = current_database() \
+             AND wait_event_type = 'Lock' AND wait_event = 'advisory'",
+        )
+        .fetch_all(&mut *gate)
+        .await
+        .unwrap();
+        if !pids.is_empty() {
+            return pids;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what} never reached the gate"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
