@@ -237,8 +237,9 @@ impl<'a> Batch<'a> {
     async fn claim(&mut self, store: &dyn Store) -> Result<()> {
         let ids = self.ids();
         let asked = Instant::now();
-        // The claim returns no body: its row lock lasts one UPDATE whatever the size. The
-        // bodies are read after it, from rows the lease now holds.
+        // A large body does not come with the claim (its row locks would last while it is
+        // read): such rows are read after it, from rows the lease now holds.
+        let mut unreadable = Vec::new();
         let rows = match &self.opts.token {
             Some(t) => {
                 let rows = store.held(&ids, t).await?;
@@ -255,23 +256,32 @@ impl<'a> Batch<'a> {
                     .claim(&ids, &self.token, self.opts.lease, &entries)
                     .await?;
                 self.lease_end = asked + lease_left(claimed.iter().map(|c| (&c.summary, c.db_now)));
-                let claimed: Vec<String> = claimed.into_iter().map(|c| c.summary.id).collect();
-                let until = self.lease_end.min(Instant::now() + HELD_READ_RETRY);
-                let held = retrying(until, &AtomicBool::new(false), || {
-                    store.held(&claimed, &self.token)
-                })
-                .await;
-                match held {
-                    Ok(rows) => rows,
-                    Err(e) => {
-                        let token = self.token.clone();
-                        let why =
-                            format!("its body could not be read ({e}); nothing was published");
-                        self.release(store, &claimed, &token, Outcome::NotReplayed, &why)
-                            .await;
-                        return Ok(());
+                let (mut rows, mut to_read) = (Vec::new(), Vec::new());
+                for c in claimed {
+                    match c.into_whole() {
+                        Ok(row) => rows.push(row),
+                        Err(id) => to_read.push(id),
                     }
                 }
+                if !to_read.is_empty() {
+                    let until = self.lease_end.min(Instant::now() + HELD_READ_RETRY);
+                    let held = retrying(until, &AtomicBool::new(false), || {
+                        store.held(&to_read, &self.token)
+                    })
+                    .await;
+                    match held {
+                        Ok(big) => rows.extend(big),
+                        Err(e) => {
+                            let token = self.token.clone();
+                            let why =
+                                format!("its body could not be read ({e}); nothing was published");
+                            self.release(store, &to_read, &token, Outcome::NotReplayed, &why)
+                                .await;
+                            unreadable = to_read;
+                        }
+                    }
+                }
+                rows
             }
         };
         tracing::debug!(
@@ -286,7 +296,7 @@ impl<'a> Batch<'a> {
             .collect();
         let unavailable: Vec<String> = ids
             .into_iter()
-            .filter(|id| !self.rows.contains_key(id))
+            .filter(|id| !self.rows.contains_key(id) && !unreadable.contains(id))
             .collect();
         if unavailable.is_empty() {
             return Ok(());

@@ -16,7 +16,7 @@ pub mod sqlite;
 pub use read::{Backend, Dialect, Reads};
 
 use crate::error::{DlqError, Result};
-use crate::model::{Filter, HistoryEntry, NewHistory, State, Summary};
+use crate::model::{DeadLetter, Filter, HistoryEntry, NewHistory, State, Summary};
 use crate::secret::{scrub, SecretUrl};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -79,13 +79,31 @@ pub enum CaptureOutcome {
     Refused(String),
 }
 
-/// A row just claimed, without its body (read it with [`Reads::held`]): a claim holds
-/// its row lock only as long as its `UPDATE`, whatever the body's size.
+/// A row just claimed. A body over [`read::BODY_INLINE_MAX`] does not come with it (read
+/// the row with [`Reads::held`]): a claim holds its row locks only while its `UPDATE`
+/// returns small rows, whatever the size of a body.
 #[derive(Debug, Clone)]
 pub struct Claimed {
     pub summary: Summary,
     /// Database time at the claim, to tell how long the lease still runs.
     pub db_now: DateTime<Utc>,
+    /// Headers and body, when the body is small enough to come with the claim.
+    pub content: Option<(String, Vec<u8>)>,
+}
+
+impl Claimed {
+    /// The whole row, or the row's ID when its body is still to be read.
+    pub fn into_whole(self) -> std::result::Result<DeadLetter, String> {
+        match self.content {
+            Some((headers_json, body)) => Ok(DeadLetter {
+                summary: self.summary,
+                headers_json,
+                body,
+                db_now: self.db_now,
+            }),
+            None => Err(self.summary.id),
+        }
+    }
 }
 
 /// A row selected for a plan: its identity and body hash.
@@ -141,8 +159,8 @@ pub trait Store: Reads {
     async fn import(&self, rows: Vec<NewDeadLetter>, skip_existing: bool) -> Result<ImportReport>;
     /// Protocol step 1: claims each row that exists and is `pending` (not replayed, not
     /// discarded, no open attempt, no live lease), and appends the entry of `history` of
-    /// each row claimed, in one transaction. Returns the claimed rows (no body), with the
-    /// lease end and the database time.
+    /// each row claimed, in one transaction. Returns the claimed rows (a large body left
+    /// out), with the lease end and the database time.
     async fn claim(
         &self,
         ids: &[String],

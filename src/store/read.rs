@@ -318,13 +318,26 @@ pub(crate) fn summary<D: Dialect>(row: &D::Row) -> Decoded<Summary> {
 
 /// The columns of a claimed row, as [`claimed_row`] reads them (a RETURNING list).
 pub(crate) fn claimed_columns<D: Dialect>() -> String {
-    format!("{}, {} AS db_now", summary_columns(D::NOW), D::NOW)
+    format!(
+        "{}, {} AS db_now, headers_json, CASE WHEN {} <= {BODY_INLINE_MAX} THEN body END AS body",
+        summary_columns(D::NOW),
+        D::NOW,
+        D::BODY_LEN.unwrap_or("length(body)")
+    )
 }
 
 pub(crate) fn claimed_row<D: Dialect>(row: &D::Row) -> Decoded<Claimed> {
+    let content = match D::bytes(row, "body")? {
+        Some(body) => Some((
+            required(text::<D>(row, "headers_json")?, "headers_json")?,
+            body.to_vec(),
+        )),
+        None => None,
+    };
     Ok(Claimed {
         summary: summary::<D>(row)?,
         db_now: time::<D>(row, "db_now")?,
+        content,
     })
 }
 
