@@ -446,7 +446,8 @@ impl Store for SqliteStore {
         history: &[NewHistory],
     ) -> Result<Vec<Claimed>> {
         let mut tx = self.begin_write().await?;
-        // No body: SQLite materializes every RETURNING row before the first is read.
+        // No body over 1 MiB: SQLite materializes every RETURNING row before the first is
+        // read.
         let claim = format!(
             "UPDATE dead_letters SET replay_claim_owner = ?2, \
                  replay_claim_expires_at = {NOW_MS} + ?3 \
