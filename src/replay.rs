@@ -263,23 +263,9 @@ impl<'a> Batch<'a> {
                         Err(id) => to_read.push(id),
                     }
                 }
-                if !to_read.is_empty() {
-                    let until = self.lease_end.min(Instant::now() + HELD_READ_RETRY);
-                    let held = retrying(until, &AtomicBool::new(false), || {
-                        store.held(&to_read, &self.token)
-                    })
-                    .await;
-                    match held {
-                        Ok(big) => rows.extend(big),
-                        Err(e) => {
-                            let token = self.token.clone();
-                            let why =
-                                format!("its body could not be read ({e}); nothing was published");
-                            self.release(store, &to_read, &token, Outcome::NotReplayed, &why)
-                                .await;
-                            unreadable = to_read;
-                        }
-                    }
+                match self.read_large(store, &to_read).await {
+                    Some(large) => rows.extend(large),
+                    None => unreadable = to_read,
                 }
                 rows
             }
@@ -335,6 +321,30 @@ impl<'a> Batch<'a> {
             self.report(&id, outcome, detail);
         }
         Ok(())
+    }
+
+    /// 1b. Read the claimed rows whose body was too large to come with the claim (asking
+    ///     again while the database is briefly unavailable). `None`: they could not be
+    ///     read and were released (`not_replayed`).
+    async fn read_large(&mut self, store: &dyn Store, ids: &[String]) -> Option<Vec<DeadLetter>> {
+        if ids.is_empty() {
+            return Some(Vec::new());
+        }
+        let until = self.lease_end.min(Instant::now() + HELD_READ_RETRY);
+        let held = retrying(until, &AtomicBool::new(false), || {
+            store.held(ids, &self.token)
+        })
+        .await;
+        match held {
+            Ok(rows) => Some(rows),
+            Err(e) => {
+                let token = self.token.clone();
+                let why = format!("its body could not be read ({e}); nothing was published");
+                self.release(store, ids, &token, Outcome::NotReplayed, &why)
+                    .await;
+                None
+            }
+        }
     }
 
     /// Check each claimed row: the body a person reviewed, a target. Release the others.
