@@ -256,9 +256,16 @@ pub(crate) fn summary_columns(now: &str) -> String {
 pub const BODY_INLINE_MAX: i64 = 1 << 20;
 pub const BODY_SLICE: i64 = 8 << 20;
 
-/// The columns of a whole row, as [`whole_row`] reads them (also a RETURNING list).
-pub(crate) fn whole_row_columns<D: Dialect>() -> String {
-    let body = match D::BODY_LEN {
+/// The body's length in bytes, as SQL (SQLite's `length` counts a TEXT value's
+/// characters: only ever compared with [`BODY_INLINE_MAX`] there).
+fn body_len<D: Dialect>() -> &'static str {
+    D::BODY_LEN.unwrap_or("length(body)")
+}
+
+/// A row's columns: the summary, headers, the body when `len` (SQL) is at most
+/// [`BODY_INLINE_MAX`] or when there is no `len`, and `body_len`.
+fn row_columns<D: Dialect>(len: Option<&str>) -> String {
+    let body = match len {
         Some(len) => format!(
             "CASE WHEN {len} <= {BODY_INLINE_MAX} THEN body END AS body, \
              CAST({len} AS BIGINT) AS body_len"
@@ -270,6 +277,11 @@ pub(crate) fn whole_row_columns<D: Dialect>() -> String {
         summary_columns(D::NOW),
         D::NOW
     )
+}
+
+/// The columns of a whole row, as [`whole_row`] reads them.
+pub(crate) fn whole_row_columns<D: Dialect>() -> String {
+    row_columns::<D>(D::BODY_LEN)
 }
 
 fn required<T>(v: Option<T>, col: &str) -> Decoded<T> {
@@ -316,14 +328,10 @@ pub(crate) fn summary<D: Dialect>(row: &D::Row) -> Decoded<Summary> {
     })
 }
 
-/// The columns of a claimed row, as [`claimed_row`] reads them (a RETURNING list).
+/// The columns of a claimed row, as [`claimed_row`] reads them (a RETURNING list): a
+/// large body is left out on every store (SQLite materializes RETURNING rows).
 pub(crate) fn claimed_columns<D: Dialect>() -> String {
-    format!(
-        "{}, {} AS db_now, headers_json, CASE WHEN {} <= {BODY_INLINE_MAX} THEN body END AS body",
-        summary_columns(D::NOW),
-        D::NOW,
-        D::BODY_LEN.unwrap_or("length(body)")
-    )
+    row_columns::<D>(Some(body_len::<D>()))
 }
 
 pub(crate) fn claimed_row<D: Dialect>(row: &D::Row) -> Decoded<Claimed> {
@@ -408,7 +416,7 @@ async fn read_body<D: Dialect>(
         D::bind(&mut qb, Bind::Int(slice));
         qb.push(format!(
             " AS INTEGER)) AS part, CAST({} AS BIGINT) AS len FROM dead_letters WHERE id = ",
-            D::BODY_LEN.unwrap_or("length(body)")
+            body_len::<D>()
         ));
         D::bind(&mut qb, Bind::Text(id.to_string()));
         let mut parts = D::fetch(conn, qb.build());
