@@ -328,32 +328,17 @@ fn a_body_read_in_slices_comes_from_one_version_of_the_row() {
     let new = [new.as_slice(), &new[..MIB]].concat(); // 9 MiB: two slices
     let r = db.dlq_stdin(&["import", "-"], line("twice", "q", &old, false).as_bytes());
     assert_eq!(r.code, 0, "{}", r.stderr);
-    gate_slices(&db, false);
-    let shown = rt().block_on(async {
-        use sqlx::Connection;
-        let mut gate = sqlx::PgConnection::connect(&db.url).await.unwrap();
-        sqlx::query("SELECT pg_advisory_lock(4343)")
-            .execute(&mut gate)
-            .await
-            .unwrap();
-        let child = db
-            .cmd()
-            .args(["show", "twice"])
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        wait_for_gate(&mut gate, "show").await;
-        sqlx::query("UPDATE dead_letters SET body = $1 WHERE id = 'twice'")
-            .bind(&new)
-            .execute(&mut gate)
-            .await
-            .unwrap();
-        sqlx::query("SELECT pg_advisory_unlock(4343)")
-            .execute(&mut gate)
-            .await
-            .unwrap();
-        Run::from(child.wait_with_output().unwrap())
-    });
+    let mut gate = SliceGate::close(&db, false);
+    let child = db
+        .cmd()
+        .args(["show", "twice"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    gate.waiting("show");
+    gate.set_body("twice", &new);
+    gate.open();
+    let shown = Run::from(child.wait_with_output().unwrap());
     assert_eq!(shown.code, 0, "{}", shown.stderr);
     let got = unb64(&shown.json()["body_base64"]);
     assert!(

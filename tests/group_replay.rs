@@ -19,13 +19,9 @@ fn seed(db: &TestDb, queue: &str, n: usize, prefix: &str) {
 }
 
 fn write_plan(db: &TestDb, args: &[&str]) -> (tempfile::NamedTempFile, serde_json::Value) {
-    let mut a = vec!["plan"];
-    a.extend_from_slice(args);
-    let r = db.dlq(&a);
-    assert_eq!(r.code, 0, "{}", r.all());
-    let f = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(f.path(), &r.stdout).unwrap();
-    (f, r.json())
+    let f = db.plan_file(args);
+    let plan = serde_json::from_slice(&std::fs::read(f.path()).unwrap()).unwrap();
+    (f, plan)
 }
 
 /// `dlq replay --plan FILE --yes` plus `extra`.

@@ -24,16 +24,6 @@ fn seed(db: &TestDb, rows: impl Iterator<Item = (String, String)>) {
     assert_eq!(r.code, 0, "{}", r.all());
 }
 
-fn plan_file(db: &TestDb, args: &[&str]) -> tempfile::NamedTempFile {
-    let mut a = vec!["plan"];
-    a.extend_from_slice(args);
-    let r = db.dlq(&a);
-    assert_eq!(r.code, 0, "{}", r.all());
-    let f = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(f.path(), &r.stdout).unwrap();
-    f
-}
-
 fn history_actions(s: &serde_json::Value) -> Vec<(String, String)> {
     s["history"]
         .as_array()
@@ -86,7 +76,7 @@ fn returns_are_matched_by_dead_letter_id_in_a_mixed_plan() {
                     (format!("m{i:04}"), q.clone())
                 }),
             );
-            let plan = plan_file(&db, &["--limit", "1000"]);
+            let plan = db.plan_file(&["--limit", "1000"]);
             let r = db.dlq(&[
                 "replay",
                 "--plan",
@@ -129,7 +119,7 @@ fn a_plan_killed_midway_and_rerun_never_delivers_twice() {
     let q = rabbit.queue("dlq_v2_kill");
     let db = TestDb::migrated(Backend::Postgres);
     seed(&db, (0..3000).map(|i| (format!("k{i:04}"), q.clone())));
-    let plan = plan_file(&db, &["--limit", "5000"]);
+    let plan = db.plan_file(&["--limit", "5000"]);
     let path = plan.path().to_str().unwrap().to_string();
     let mut child = db
         .cmd()
@@ -310,7 +300,7 @@ fn max_failures_attempts_at_most_n_plus_ten() {
         let db = TestDb::migrated(b);
         let gone = unique("dlq_v2_nowhere");
         seed(&db, (0..400).map(|i| (format!("x{i:04}"), gone.clone())));
-        let plan = plan_file(&db, &["--limit", "1000"]);
+        let plan = db.plan_file(&["--limit", "1000"]);
         let r = db.dlq(&[
             "replay",
             "--plan",
@@ -342,7 +332,7 @@ fn an_interrupted_plan_that_sent_something_exits_with_its_worst_outcome() {
     let proxy = Proxy::start("127.0.0.1:5672", OnServerBytes::Stall(BASIC_ACK.to_vec()));
     let db = TestDb::migrated(Backend::Sqlite);
     seed(&db, (0..50).map(|i| (format!("i{i:02}"), q.clone())));
-    let plan = plan_file(&db, &["--limit", "100"]);
+    let plan = db.plan_file(&["--limit", "100"]);
     let child = db
         .cmd()
         .args([

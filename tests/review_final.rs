@@ -17,43 +17,32 @@ fn a_lease_lapsing_during_the_body_read_never_publishes_twice() {
     let db = TestDb::migrated(Backend::Postgres);
     let b = noise(11, 3 * MIB);
     db.add(letter("big", &queue, &b));
-    gate_slices(&db, true);
-    let (a, second) = rt().block_on(async {
-        use sqlx::Connection;
-        let mut gate = sqlx::PgConnection::connect(&db.url).await.unwrap();
-        sqlx::query("SELECT pg_advisory_lock(4343)")
-            .execute(&mut gate)
-            .await
-            .unwrap();
-        let a = db
-            .cmd()
-            .args([
-                "replay",
-                "big",
-                "--yes",
-                "--lease",
-                "6s",
-                "--confirm-timeout",
-                "1s",
-                "--connect-timeout",
-                "1s",
-                "--lock-timeout",
-                "60s",
-            ])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        wait_for_gate(&mut gate, "A").await;
-        // A's lease lapses while it waits.
-        tokio::time::sleep(Duration::from_secs(7)).await;
-        let second = db.dlq(&["replay", "big", "--yes"]);
-        sqlx::query("SELECT pg_advisory_unlock(4343)")
-            .execute(&mut gate)
-            .await
-            .unwrap();
-        (a.wait_with_output().unwrap(), second)
-    });
+    let mut gate = SliceGate::close(&db, true);
+    let a = db
+        .cmd()
+        .args([
+            "replay",
+            "big",
+            "--yes",
+            "--lease",
+            "6s",
+            "--confirm-timeout",
+            "1s",
+            "--connect-timeout",
+            "1s",
+            "--lock-timeout",
+            "60s",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    gate.waiting("A");
+    // A's lease lapses while it waits.
+    std::thread::sleep(Duration::from_secs(7));
+    let second = db.dlq(&["replay", "big", "--yes"]);
+    gate.open();
+    let a = a.wait_with_output().unwrap();
     let a = Run::from(a);
     eprintln!(
         "A: {} {}\nB: {} {}",
@@ -100,42 +89,27 @@ fn a_plan_run_whose_body_read_loses_its_connection_reads_again() {
         })
         .unwrap_or_default();
     eprintln!("plan order: {order:?}");
-    gate_slices(&db, false);
-    let run = rt().block_on(async {
-        use sqlx::Connection;
-        let mut gate = sqlx::PgConnection::connect(&db.url).await.unwrap();
-        sqlx::query("SELECT pg_advisory_lock(4343)")
-            .execute(&mut gate)
-            .await
-            .unwrap();
-        let child = db
-            .cmd()
-            .args([
-                "replay",
-                "--plan",
-                f.path().to_str().unwrap(),
-                "--yes",
-                "--batch-size",
-                "1",
-            ])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let pids = wait_for_gate(&mut gate, "the plan run").await;
-        for pid in pids {
-            sqlx::query("SELECT pg_terminate_backend($1)")
-                .bind(pid)
-                .execute(&mut gate)
-                .await
-                .unwrap();
-        }
-        sqlx::query("SELECT pg_advisory_unlock(4343)")
-            .execute(&mut gate)
-            .await
-            .unwrap();
-        child.wait_with_output().unwrap()
-    });
+    let mut gate = SliceGate::close(&db, false);
+    let child = db
+        .cmd()
+        .args([
+            "replay",
+            "--plan",
+            f.path().to_str().unwrap(),
+            "--yes",
+            "--batch-size",
+            "1",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pids = gate.waiting("the plan run");
+    for pid in pids {
+        gate.terminate(pid);
+    }
+    gate.open();
+    let run = child.wait_with_output().unwrap();
     let run = Run::from(run);
     eprintln!("run: {} {}", run.code, run.all());
     let got = rabbit.drain(&queue);
@@ -324,30 +298,19 @@ fn sigterm_during_the_body_read_releases_and_publishes_nothing() {
     let db = TestDb::migrated(Backend::Postgres);
     let b = noise(5, 3 * MIB);
     db.add(letter("big", &queue, &b));
-    gate_slices(&db, false);
-    let out = rt().block_on(async {
-        use sqlx::Connection;
-        let mut gate = sqlx::PgConnection::connect(&db.url).await.unwrap();
-        sqlx::query("SELECT pg_advisory_lock(4343)")
-            .execute(&mut gate)
-            .await
-            .unwrap();
-        let child = db
-            .cmd()
-            .args(["replay", "big", "--yes", "--lock-timeout", "60s"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        wait_for_gate(&mut gate, "the replay").await;
-        signal(&child, "TERM");
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        sqlx::query("SELECT pg_advisory_unlock(4343)")
-            .execute(&mut gate)
-            .await
-            .unwrap();
-        child.wait_with_output().unwrap()
-    });
+    let mut gate = SliceGate::close(&db, false);
+    let child = db
+        .cmd()
+        .args(["replay", "big", "--yes", "--lock-timeout", "60s"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    gate.waiting("the replay");
+    signal(&child, "TERM");
+    std::thread::sleep(Duration::from_millis(300));
+    gate.open();
+    let out = child.wait_with_output().unwrap();
     let r = Run::from(out);
     eprintln!("{} {}", r.code, r.all());
     assert_eq!(rabbit.count(&queue), 0, "published after SIGTERM");
@@ -436,34 +399,19 @@ fn a_body_read_cut_by_a_lost_connection_is_read_again_and_published_once() {
     let queue = rabbit.queue("rf_doc");
     let db = TestDb::migrated(Backend::Postgres);
     db.add(letter("big", &queue, &noise(8, 3 * MIB)));
-    gate_slices(&db, false);
-    let out = rt().block_on(async {
-        use sqlx::Connection;
-        let mut gate = sqlx::PgConnection::connect(&db.url).await.unwrap();
-        sqlx::query("SELECT pg_advisory_lock(4343)")
-            .execute(&mut gate)
-            .await
-            .unwrap();
-        let child = db
-            .cmd()
-            .args(["replay", "big", "--yes", "--lock-timeout", "60s"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        for pid in wait_for_gate(&mut gate, "the replay").await {
-            sqlx::query("SELECT pg_terminate_backend($1)")
-                .bind(pid)
-                .execute(&mut gate)
-                .await
-                .unwrap();
-        }
-        sqlx::query("SELECT pg_advisory_unlock(4343)")
-            .execute(&mut gate)
-            .await
-            .unwrap();
-        child.wait_with_output().unwrap()
-    });
+    let mut gate = SliceGate::close(&db, false);
+    let child = db
+        .cmd()
+        .args(["replay", "big", "--yes", "--lock-timeout", "60s"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    for pid in gate.waiting("the replay") {
+        gate.terminate(pid);
+    }
+    gate.open();
+    let out = child.wait_with_output().unwrap();
     let r = Run::from(out);
     assert_eq!(r.code, 0, "{}", r.all());
     assert_eq!(r.json()["outcome"], "replayed", "{}", r.all());

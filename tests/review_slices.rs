@@ -144,29 +144,18 @@ fn a_second_claim_while_the_first_reads_the_body_gets_a_clean_not_claimed() {
     let db = TestDb::migrated(Backend::Postgres);
     let b = noise(3, 3 * MIB);
     db.add(letter("big", &queue, &b));
-    gate_slices(&db, false);
-    let (a, second) = rt().block_on(async {
-        use sqlx::Connection;
-        let mut gate = sqlx::PgConnection::connect(&db.url).await.unwrap();
-        sqlx::query("SELECT pg_advisory_lock(4343)")
-            .execute(&mut gate)
-            .await
-            .unwrap();
-        let a = db
-            .cmd()
-            .args(["replay", "big", "--yes"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        wait_for_gate(&mut gate, "A").await;
-        let second = db.dlq(&["claim", "big", "--lock-timeout", "1s"]);
-        sqlx::query("SELECT pg_advisory_unlock(4343)")
-            .execute(&mut gate)
-            .await
-            .unwrap();
-        (a.wait_with_output().unwrap(), second)
-    });
+    let mut gate = SliceGate::close(&db, false);
+    let a = db
+        .cmd()
+        .args(["replay", "big", "--yes"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    gate.waiting("A");
+    let second = db.dlq(&["claim", "big", "--lock-timeout", "1s"]);
+    gate.open();
+    let a = a.wait_with_output().unwrap();
     assert_eq!(second.code, 3, "{}", second.all());
     assert_eq!(second.json()["outcome"], "not_claimed", "{}", second.stdout);
     let a = Run::from(a);

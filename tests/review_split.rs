@@ -6,16 +6,6 @@ mod common;
 use common::*;
 use std::collections::HashMap;
 
-fn plan_file(db: &TestDb, args: &[&str]) -> tempfile::NamedTempFile {
-    let mut a = vec!["plan"];
-    a.extend_from_slice(args);
-    let r = db.dlq(&a);
-    assert_eq!(r.code, 0, "{}", r.all());
-    let f = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(f.path(), &r.stdout).unwrap();
-    f
-}
-
 /// Per-item report lines of a plan run (lines with an `id` and an `outcome`).
 fn item_reports(r: &Run) -> HashMap<String, Vec<String>> {
     let mut m: HashMap<String, Vec<String>> = HashMap::new();
@@ -47,7 +37,7 @@ fn pg_mixed_batch_large_read_fails_small_ones_go_ahead() {
     }
     let r = db.dlq_stdin(&["import", "-"], lines.as_bytes());
     assert_eq!(r.code, 0, "{}", r.all());
-    let plan = plan_file(&db, &["--source-queue", &q]);
+    let plan = db.plan_file(&["--source-queue", &q]);
     // Every slice read now fails (not a transient error).
     replace_substr(&db, "RAISE EXCEPTION 'slice read refused by the test';");
     let r = db.dlq(&[
@@ -154,7 +144,7 @@ fn sqlite_text_bodies_are_published_byte_identical_whatever_length_says() {
             sqlite_insert(&db.url, id, SqlBody::Text(b.clone()), &q).await;
         }
     });
-    let plan = plan_file(&db, &["--source-queue", &q, "--allow-mixed"]);
+    let plan = db.plan_file(&["--source-queue", &q, "--allow-mixed"]);
     let r = db.dlq(&[
         "replay",
         "--plan",
@@ -227,7 +217,7 @@ fn sqlite_plan_run_reports_every_item_once_despite_one_malformed_row() {
     }
     let r = db.dlq_stdin(&["import", "-"], lines.as_bytes());
     assert_eq!(r.code, 0, "{}", r.all());
-    let plan = plan_file(&db, &["--source-queue", &q]);
+    let plan = db.plan_file(&["--source-queue", &q]);
     // After the plan (which hashes every body, and fails on such a row), a worker
     // rewrites one body as an INTEGER.
     db.sql(&["UPDATE dead_letters SET body = 42 WHERE id = 'h2'"]);
