@@ -12,8 +12,8 @@ pub const UNKNOWN: &str = "(unknown)";
 
 /// Where a row is in its lifecycle, judged on the database clock. Exactly one holds:
 /// `replayed` (marked after a confirm), else `discarded` (an operator set it aside), else
-/// `uncertain` (a publish was attempted and never settled), else `claimed` (a live
-/// lease), else `pending`.
+/// `uncertain` (a publish was attempted and not settled, whatever its lease), else
+/// `claimed` (a live lease), else `pending`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum State {
@@ -206,6 +206,60 @@ pub struct Summary {
     pub discarded_at: Option<DateTime<Utc>>,
     pub discard_note: Option<String>,
     pub state: State,
+    /// The claim was taken by dlq v1 and carried over by `dlq migrate` (its token was
+    /// replaced by one nobody holds): no run can still settle it.
+    #[serde(skip, default)]
+    pub v1_claim: bool,
+}
+
+/// Who may still settle an `uncertain` row (docs/replay-protocol.md, "Settling").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settling {
+    /// The run that attempted it may still settle it, until its lease ends.
+    Running { until: DateTime<Utc> },
+    /// Its lease still runs, but the run that attempted it is provably gone (on
+    /// PostgreSQL: the run lock it held with its own database session is free).
+    RunGone,
+    /// A claim by a tool older than this schema (dlq v1), carried over by `dlq migrate`:
+    /// nobody holds its token.
+    V1Claim,
+    /// Its lease has ended: only `resolve` settles it now.
+    Ended,
+}
+
+impl Settling {
+    /// Whether `resolve` may decide it now.
+    pub fn resolvable(self) -> bool {
+        !matches!(self, Settling::Running { .. })
+    }
+
+    /// Until when the attempting run may still settle it (`settling_until`).
+    pub fn until(self) -> Option<DateTime<Utc>> {
+        match self {
+            Settling::Running { until } => Some(until),
+            _ => None,
+        }
+    }
+}
+
+impl Summary {
+    /// Who may still settle this row, if it is `uncertain`; `run_gone`: the store proved
+    /// that the attempting run is gone.
+    pub fn settling(&self, now: DateTime<Utc>, run_gone: bool) -> Option<Settling> {
+        if self.state != State::Uncertain {
+            return None;
+        }
+        let live = self.replay_claim_owner.is_some()
+            && self.replay_claim_expires_at.is_some_and(|t| t > now);
+        Some(match (self.v1_claim, live, run_gone) {
+            (true, _, _) => Settling::V1Claim,
+            (false, false, _) => Settling::Ended,
+            (false, true, true) => Settling::RunGone,
+            (false, true, false) => Settling::Running {
+                until: self.replay_claim_expires_at.unwrap_or(now),
+            },
+        })
+    }
 }
 
 /// A whole dead letter, body included.

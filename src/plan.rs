@@ -9,7 +9,7 @@
 use crate::error::{DlqError, Result};
 use crate::model::{validate_id, Filter, Outcome, UNKNOWN};
 use crate::publisher::{unless_stopped, Broker};
-use crate::replay::{replay, Item, ItemReport, ReplayOptions};
+use crate::replay::{replay_batch, Item, ItemReport, ReplayOptions};
 use crate::store::{PlanCandidate, Store};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -219,17 +219,28 @@ pub async fn make_plan(
     Ok(plan)
 }
 
-/// Why a run stopped early.
+/// Why a run stopped early: the contract's `stopped` values.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 #[serde(rename_all = "snake_case")]
 pub enum StopReason {
     MaxFailures,
     CameBack,
     Interrupted,
+    /// The run could go no further: see [`Unavailable`] for what was gone.
+    Unavailable,
+}
+
+/// What made a run [`StopReason::Unavailable`] (`unavailable` in the summary).
+#[derive(Debug, Clone, Copy, Serialize, PartialEq)]
+#[serde(rename_all = "snake_case")]
+pub enum Unavailable {
+    /// The database, past the settle timeout (or a claim that could not be made).
+    Database,
     /// No node of the broker answers.
-    Unreachable,
-    /// A publish did not complete.
-    Stalled,
+    Broker,
+    /// A publish did not complete and the link is still up: stopping so that nothing
+    /// queued here goes out later.
+    PublishStalled,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -239,7 +250,12 @@ pub struct RunSummary {
     pub done: usize,
     pub counts: BTreeMap<String, usize>,
     pub stopped: Option<StopReason>,
+    /// With `stopped: unavailable`: what was gone.
+    pub unavailable: Option<Unavailable>,
     pub stop_detail: Option<String>,
+    /// Items the run did not get to (counted as `not_replayed` too).
+    pub not_reached: usize,
+    /// The outcome whose code is the exit code.
     pub worst: Option<Outcome>,
     /// How many times a connection moved to another node of the cluster.
     pub node_switches: usize,
@@ -253,15 +269,16 @@ impl RunSummary {
             .any(|o| self.counts.get(o.as_str()).is_some_and(|n| *n > 0))
     }
 
-    /// The run's exit code: that of its worst outcome. An interrupted run says 130 only
-    /// when nothing went out; otherwise its worst outcome, counting the items it did not
-    /// get to as `not_replayed` (never "nothing was sent" when something was).
-    pub fn exit_code(&self) -> u8 {
+    /// The run's worst outcome, whose code is the exit code. An interrupted run is
+    /// `interrupted` (130) only when nothing went out; otherwise its worst outcome,
+    /// counting the items it did not get to as `not_replayed` (never "nothing was sent"
+    /// when something was).
+    pub fn worst_outcome(&self) -> Option<Outcome> {
         let seen = |o: Outcome| self.counts.get(o.as_str()).is_some_and(|n| *n > 0);
         let interrupted =
             self.stopped == Some(StopReason::Interrupted) || seen(Outcome::Interrupted);
         if interrupted && !self.anything_out() {
-            return crate::exit::INTERRUPTED;
+            return Some(Outcome::Interrupted);
         }
         let mut worst = Outcome::ALL
             .into_iter()
@@ -271,7 +288,26 @@ impl RunSummary {
         if cut_short && worst.is_none_or(|w| w.severity() < Outcome::NotReplayed.severity()) {
             worst = Some(Outcome::NotReplayed);
         }
-        worst.map(|o| o.exit_code()).unwrap_or(crate::exit::OK)
+        worst
+    }
+
+    pub fn exit_code(&self) -> u8 {
+        self.worst_outcome()
+            .map(|o| o.exit_code())
+            .unwrap_or(crate::exit::OK)
+    }
+
+    /// The end of a run: the items not reached count as `not_replayed`, and `worst` is
+    /// the outcome of the exit code.
+    fn close(&mut self) {
+        self.not_reached = self.total.saturating_sub(self.done);
+        if self.not_reached > 0 {
+            *self
+                .counts
+                .entry(Outcome::NotReplayed.as_str().into())
+                .or_default() += self.not_reached;
+        }
+        self.worst = self.worst_outcome();
     }
 }
 
@@ -329,7 +365,9 @@ pub async fn run_plan(
             done: 0,
             counts: BTreeMap::new(),
             stopped: None,
+            unavailable: None,
             stop_detail: None,
+            not_reached: 0,
             worst: None,
             node_switches: 0,
         },
@@ -373,6 +411,7 @@ pub async fn run_plan(
     for r in results {
         r?;
     }
+    shared.summary.close();
     Ok(shared.summary)
 }
 
@@ -431,7 +470,7 @@ impl<F: FnMut(&ItemReport, &RunSummary)> Run<'_, F> {
     async fn worker(&self, broker: &mut Broker) -> Result<()> {
         while let Some(items) = self.take().await {
             let switches = broker.switches;
-            let result = replay(
+            let result = replay_batch(
                 self.store,
                 broker,
                 &items,
@@ -440,26 +479,29 @@ impl<F: FnMut(&ItemReport, &RunSummary)> Run<'_, F> {
             )
             .await;
             self.lock().summary.node_switches += broker.switches - switches;
-            let reports = match result {
-                Ok(r) => r,
-                Err(e) => {
-                    self.stop.store(true, Ordering::SeqCst);
-                    self.settled.notify_waiters();
-                    return Err(e);
-                }
+            let batch = match result {
+                Ok(b) => b,
+                Err(e) => return self.cannot_go_on(items.len(), e),
             };
+            let reports = batch.reports;
             self.account(items.len(), &reports);
+            if let Some(why) = batch.gave_up {
+                self.stop_unavailable(
+                    Unavailable::Database,
+                    format!("the database could not be used ({why}); stopping: what was sent is settled as far as it could be"),
+                );
+            }
             if broker.unreachable {
-                self.stop_because(
-                    StopReason::Unreachable,
+                self.stop_unavailable(
+                    Unavailable::Broker,
                     "no node of the broker answers; what was not sent is pending".into(),
                 );
             }
             // Frames queued on a connection that is still up could go out later; on a
             // dead one they are gone with it, and the run goes on through the next node.
             if broker.stalled() && broker.publisher().is_some_and(|p| p.is_connected()) {
-                self.stop_because(
-                    StopReason::Stalled,
+                self.stop_unavailable(
+                    Unavailable::PublishStalled,
                     "a publish did not complete (the broker or the link stopped taking messages); stopping so that nothing queued here goes out later".into(),
                 );
             }
@@ -467,9 +509,40 @@ impl<F: FnMut(&ItemReport, &RunSummary)> Run<'_, F> {
             if self.stopping() {
                 return Ok(());
             }
-            self.came_back(&reports).await?;
+            if let Err(e) = self.came_back(&reports).await {
+                return self.cannot_go_on(0, e);
+            }
         }
         Ok(())
+    }
+
+    /// The database failed a batch before it published anything (its claim), or the
+    /// come-back check: a run that has sent nothing yet fails (exit 1); one that has
+    /// stops as `unavailable`, with its summary, the batch's items not reached.
+    fn cannot_go_on(&self, taken: usize, e: DlqError) -> Result<()> {
+        let sent = {
+            let mut sh = self.lock();
+            sh.in_flight -= taken;
+            sh.summary.done > 0
+        };
+        self.settled.notify_waiters();
+        if !sent {
+            self.stop.store(true, Ordering::SeqCst);
+            return Err(e);
+        }
+        self.stop_unavailable(
+            Unavailable::Database,
+            format!(
+                "the database could not be used ({}); stopping: the items not reached were not published",
+                crate::replay::cause_text(&e)
+            ),
+        );
+        Ok(())
+    }
+
+    fn stop_unavailable(&self, what: Unavailable, detail: String) {
+        self.lock().summary.unavailable.get_or_insert(what);
+        self.stop_because(StopReason::Unavailable, detail);
     }
 
     fn stop_because(&self, why: StopReason, detail: String) {
@@ -491,13 +564,8 @@ impl<F: FnMut(&ItemReport, &RunSummary)> Run<'_, F> {
                 .counts
                 .entry(r.outcome.as_str().into())
                 .or_default() += 1;
-            if sh
-                .summary
-                .worst
-                .is_none_or(|w| r.outcome.severity() > w.severity())
-            {
-                sh.summary.worst = Some(r.outcome);
-            }
+            let worst = sh.summary.worst_outcome();
+            sh.summary.worst = worst;
             match r.outcome {
                 Outcome::PublishFailed | Outcome::Uncertain => sh.failures += 1,
                 Outcome::Replayed => sh.replayed += 1,
@@ -596,7 +664,9 @@ mod tests {
                 .map(|(o, n)| (o.as_str().to_string(), *n))
                 .collect(),
             stopped,
+            unavailable: None,
             stop_detail: None,
+            not_reached: 0,
             worst: None,
             node_switches: 0,
         }

@@ -17,17 +17,22 @@
 //!
 //! The body and event ID are never changed: consumers deduplicate on the event ID.
 
-use crate::error::Result;
-use crate::model::{sha256_hex, DeadLetter, NewHistory, Outcome, State, Summary};
+mod settle;
+pub use settle::{cause_text, Notice, Notices, Step, DEFAULT_SETTLE_TIMEOUT};
+
+use crate::error::{DlqError, Result};
+use crate::model::{sha256_hex, DeadLetter, NewHistory, Outcome, Settling, State, Summary};
 use crate::publisher::{
     replay_headers, to_field_table, unless_stopped, Broker, NoConnection, OutgoingMessage,
     PublishResult, Sent, Target, Turn,
 };
-use crate::store::{is_transient, Store};
+use crate::store::Store;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
+use settle::{busy, retrying, transient, Bounds, Settled};
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 
@@ -48,6 +53,30 @@ pub struct ReplayOptions {
     pub exchange: Option<String>,
     pub routing_key: Option<String>,
     pub plan_id: Option<String>,
+    /// How long a mark, release or note of doubt (and a claim on a busy SQLite file) is
+    /// retried while the database does not answer (`--settle-timeout`).
+    pub settle_timeout: Duration,
+    /// Signals seen (SIGINT, SIGTERM): one that arrives while a write is retried ends
+    /// the wait at once, the rows left `uncertain`.
+    pub interrupts: Arc<AtomicUsize>,
+    /// Where what the operator must hear at once goes.
+    pub notices: Notices,
+}
+
+impl Default for ReplayOptions {
+    fn default() -> Self {
+        ReplayOptions {
+            operator: String::new(),
+            lease: Duration::from_secs(300),
+            token: None,
+            exchange: None,
+            routing_key: None,
+            plan_id: None,
+            settle_timeout: DEFAULT_SETTLE_TIMEOUT,
+            interrupts: Arc::default(),
+            notices: Notices::default(),
+        }
+    }
 }
 
 /// What happened to one item.
@@ -108,8 +137,14 @@ fn fmt_time(t: DateTime<Utc>) -> String {
 }
 
 /// Why a row cannot be claimed (or is no longer the caller's), for the operator.
-pub fn why_unavailable(row: &Summary, now: DateTime<Utc>) -> String {
+/// `run_gone`: the store proved that the run that attempted it is gone.
+pub fn why_unavailable(row: &Summary, now: DateTime<Utc>, run_gone: bool) -> String {
     let by = row.replay_claim_owner.as_deref().unwrap_or("unknown");
+    let at = row.replay_attempt_at.map(fmt_time).unwrap_or_default();
+    let error = row
+        .last_replay_error
+        .as_deref()
+        .unwrap_or("outcome unknown");
     match row.state {
         State::Replayed => format!(
             "already replayed at {} by {by}",
@@ -120,22 +155,27 @@ pub fn why_unavailable(row: &Summary, now: DateTime<Utc>) -> String {
             row.discarded_at.map(fmt_time).unwrap_or_default(),
             row.discard_note.as_deref().unwrap_or("")
         ),
-        State::Uncertain => format!(
-            "uncertain: a replay by {by} at {} may have published it ({}); check the consumers, then `dlq resolve`",
-            row.replay_attempt_at.map(fmt_time).unwrap_or_default(),
-            row.last_replay_error.as_deref().unwrap_or("outcome unknown")
-        ),
+        State::Uncertain => match row.settling(now, run_gone) {
+            Some(Settling::Running { until }) => format!(
+                "uncertain: a replay by {by} attempted it at {at} and may have published it; that run may still settle it until {} ({}s left): then check the consumers and `dlq resolve`",
+                fmt_time(until),
+                (until - now).num_seconds().max(0)
+            ),
+            Some(Settling::RunGone) => format!(
+                "uncertain: a replay by {by} at {at} may have published it ({error}), and that run is gone; check the consumers, then `dlq resolve`"
+            ),
+            Some(Settling::V1Claim) => format!(
+                "uncertain: claimed by a tool older than this schema (dlq v1, {by}, lease until {}): a replay may have been published before the upgrade, and nobody holds its claim now; check the consumers, then `dlq resolve`",
+                row.replay_claim_expires_at.map(fmt_time).unwrap_or_else(|| "unknown".into())
+            ),
+            _ => format!(
+                "uncertain: a replay by {by} at {at} may have published it ({error}); check the consumers, then `dlq resolve`"
+            ),
+        },
         State::Claimed => {
             let until = row.replay_claim_expires_at.unwrap_or(now);
             let left = (until - now).num_seconds().max(0);
-            match row.replay_attempt_at {
-                Some(at) => format!(
-                    "a replay by {by} is publishing it (attempt at {}; lease until {}, {left}s left)",
-                    fmt_time(at),
-                    fmt_time(until)
-                ),
-                None => format!("claimed by {by} until {} ({left}s left)", fmt_time(until)),
-            }
+            format!("claimed by {by} until {} ({left}s left)", fmt_time(until))
         }
         State::Pending => "nobody holds a claim on it".into(),
     }
@@ -161,6 +201,27 @@ pub async fn replay(
     opts: &ReplayOptions,
     stop: &AtomicBool,
 ) -> Result<Vec<ItemReport>> {
+    Ok(replay_batch(store, broker, items, opts, stop)
+        .await?
+        .reports)
+}
+
+/// What a batch came to.
+pub struct BatchOutcome {
+    pub reports: Vec<ItemReport>,
+    /// Why the database was given up on while settling (retried for the settle timeout,
+    /// or a signal ended the wait): a run cannot go on.
+    pub gave_up: Option<String>,
+}
+
+/// [`replay`], also saying whether the database was given up on.
+pub async fn replay_batch(
+    store: &dyn Store,
+    broker: &mut Broker,
+    items: &[Item],
+    opts: &ReplayOptions,
+    stop: &AtomicBool,
+) -> Result<BatchOutcome> {
     let mut batch = Batch::new(items, opts);
     batch.claim(store).await?;
     batch.check(store).await;
@@ -170,9 +231,14 @@ pub async fn replay(
         _ => Vec::new(),
     };
     drop(turn);
-    batch.settle(store, results, stop).await;
+    batch.settle(store, results).await;
     batch.record(store).await;
-    Ok(batch.into_reports())
+    batch.finish(store).await;
+    let gave_up = batch.gave_up.clone();
+    Ok(BatchOutcome {
+        reports: batch.into_reports(),
+        gave_up,
+    })
 }
 
 /// How long `replay` keeps trying to read rows it has just claimed while the database is
@@ -203,6 +269,16 @@ struct Batch<'a> {
     reports: HashMap<String, ItemReport>,
     /// Entries not written with their step (refusals), appended at the end.
     history: Vec<NewHistory>,
+    /// The run locks held for this batch's attempts (freed once they are settled).
+    locks: Vec<i64>,
+    /// A publish may still be on its way out of this process: its lease and run lock
+    /// stay.
+    stalled: bool,
+    /// Why the database is given up on for the rest of this batch: a write was retried
+    /// for the settle timeout, or a signal ended the wait. Later writes are not tried.
+    gave_up: Option<String>,
+    /// Rows whose doubt could not be written (said once, with the count).
+    not_recorded: usize,
 }
 
 impl<'a> Batch<'a> {
@@ -225,6 +301,63 @@ impl<'a> Batch<'a> {
             lease_end: Instant::now(),
             reports: HashMap::new(),
             history: Vec::new(),
+            locks: Vec::new(),
+            stalled: false,
+            gave_up: None,
+            not_recorded: 0,
+        }
+    }
+
+    /// How a settle write of `rows` rows is retried: for the settle timeout, and never
+    /// past `lease` when it needs the lease.
+    fn bounds(&self, step: Step, rows: usize, lease: Option<Instant>) -> Bounds<'a> {
+        let until = Instant::now() + self.opts.settle_timeout;
+        Bounds {
+            until: lease.map_or(until, |l| l.min(until)),
+            interrupts: &self.opts.interrupts,
+            notices: &self.opts.notices,
+            step,
+            rows,
+            retry: if step == Step::Claim { busy } else { transient },
+        }
+    }
+
+    /// What a retried write came to: `Err` with the cause when it did not happen (or
+    /// may not have); gives the database up for this batch when it should be.
+    fn settled<T>(&mut self, r: Settled<T>) -> std::result::Result<T, String> {
+        match r {
+            Settled::Done(v) => Ok(v),
+            Settled::Failed(e) => {
+                let cause = cause_text(&e);
+                if transient(&e) {
+                    self.gave_up = Some(cause.clone());
+                }
+                Err(cause)
+            }
+            Settled::Abandoned => {
+                let cause = "interrupted while it was being written".to_string();
+                self.gave_up = Some(cause.clone());
+                Err(cause)
+            }
+        }
+    }
+
+    /// The end of the batch: say once what could not be recorded, and give up the run
+    /// locks of settled rows (a stalled publish keeps them, as it keeps its lease).
+    async fn finish(&mut self, store: &dyn Store) {
+        if self.not_recorded > 0 {
+            let cause = self.gave_up.clone().unwrap_or_default();
+            let n = Notice::NotRecorded {
+                rows: self.not_recorded,
+                cause,
+            };
+            self.opts.notices.send(&n);
+        }
+        if self.stalled || self.gave_up.is_some() {
+            return;
+        }
+        for key in std::mem::take(&mut self.locks) {
+            store.free_run_lock(key).await;
         }
     }
 
@@ -252,9 +385,20 @@ impl<'a> Batch<'a> {
                     .iter()
                     .map(|id| self.entry(id, "claim", Outcome::Claimed, &lease, &self.token))
                     .collect();
-                let claimed = store
-                    .claim(&ids, &self.token, self.opts.lease, &entries)
-                    .await?;
+                let bounds = self.bounds(Step::Claim, ids.len(), None);
+                let claimed = match retrying(bounds, || {
+                    store.claim(&ids, &self.token, self.opts.lease, &entries)
+                })
+                .await
+                {
+                    Settled::Done(c) => c,
+                    Settled::Failed(e) => return Err(e),
+                    Settled::Abandoned => {
+                        return Err(DlqError::other(
+                            "interrupted while claiming; nothing was published",
+                        ))
+                    }
+                };
                 self.lease_end = asked + lease_left(claimed.iter().map(|c| (&c.summary, c.db_now)));
                 let (mut rows, mut to_read) = (Vec::new(), Vec::new());
                 for c in claimed {
@@ -298,7 +442,7 @@ impl<'a> Batch<'a> {
             let (outcome, detail) = match found.get(&id) {
                 None => (Outcome::NotFound, format!("no dead letter with id {id:?}")),
                 Some(row) => {
-                    let why = why_unavailable(row, now);
+                    let why = why_unavailable(row, now, false);
                     let why = match &self.opts.token {
                         Some(_) if row.state == State::Claimed || row.state == State::Uncertain => {
                             format!("the token does not hold it (or was already used): {why}")
@@ -330,11 +474,14 @@ impl<'a> Batch<'a> {
         if ids.is_empty() {
             return Some(Vec::new());
         }
-        let until = self.lease_end.min(Instant::now() + HELD_READ_RETRY);
-        let held = retrying(until, &AtomicBool::new(false), || {
-            store.held(ids, &self.token)
-        })
-        .await;
+        let mut bounds = self.bounds(Step::Claim, ids.len(), Some(self.lease_end));
+        bounds.until = bounds.until.min(Instant::now() + HELD_READ_RETRY);
+        bounds.retry = transient;
+        let held = match retrying(bounds, || store.held(ids, &self.token)).await {
+            Settled::Done(rows) => Ok(rows),
+            Settled::Failed(e) => Err(cause_text(&e)),
+            Settled::Abandoned => Err("interrupted".to_string()),
+        };
         match held {
             Ok(rows) => Some(rows),
             Err(e) => {
@@ -456,20 +603,24 @@ impl<'a> Batch<'a> {
                 e
             })
             .collect();
+        let lock = store.hold_run_lock(&new).await;
+        self.locks.extend(lock);
         let started = Instant::now();
-        let attempted: HashSet<String> =
-            match store.attempt(&ids, &token, &new, outlive, &entries).await {
-                Ok(a) => a.into_iter().collect(),
-                Err(e) => {
-                    // It may have committed: undo with either token (nothing was sent).
-                    let why = format!("recording the attempt failed ({e}); nothing was published");
-                    self.release(store, &ids, &new, Outcome::NotReplayed, &why)
-                        .await;
-                    self.release(store, &ids, &token, Outcome::NotReplayed, &why)
-                        .await;
-                    return false;
-                }
-            };
+        let attempted: HashSet<String> = match store
+            .attempt(&ids, &token, &new, outlive, lock, &entries)
+            .await
+        {
+            Ok(a) => a.into_iter().collect(),
+            Err(e) => {
+                // It may have committed: undo with either token (nothing was sent).
+                let why = format!("recording the attempt failed ({e}); nothing was published");
+                self.release(store, &ids, &new, Outcome::NotReplayed, &why)
+                    .await;
+                self.release(store, &ids, &token, Outcome::NotReplayed, &why)
+                    .await;
+                return false;
+            }
+        };
         if wait_turn && !attempted.is_empty() {
             *turn = broker.turn(stop).await;
         }
@@ -530,18 +681,13 @@ impl<'a> Batch<'a> {
 
     /// 4, 5 and 6. Mark what the broker confirmed, release what certainly failed, and
     ///    leave the rest `uncertain`, recording why.
-    async fn settle(
-        &mut self,
-        store: &dyn Store,
-        results: Vec<(String, PublishResult)>,
-        stop: &AtomicBool,
-    ) {
+    async fn settle(&mut self, store: &dyn Store, results: Vec<(String, PublishResult)>) {
         let confirmed: Vec<String> = results
             .iter()
             .filter(|(_, r)| *r == PublishResult::Confirmed)
             .map(|(id, _)| id.clone())
             .collect();
-        self.mark(store, &confirmed, stop).await;
+        self.mark(store, &confirmed).await;
         for (id, result) in results {
             let token = self.attempt_tokens[&id].clone();
             let result_kind = match result {
@@ -562,14 +708,14 @@ impl<'a> Batch<'a> {
                 }
                 PublishResult::Uncertain(why) | PublishResult::Stalled(why) => {
                     let in_flight = matches!(result_kind, Kind::Stalled);
+                    self.stalled |= in_flight;
                     let event = self.rows[&id].summary.event_id.clone();
                     let why = format!(
                         "{why}; check the consumers' receipts for event {}, then `dlq resolve {id} --delivered|--not-delivered`{}",
                         event.as_deref().unwrap_or("(unknown)"),
                         if in_flight { " once its lease has ended" } else { "" }
                     );
-                    self.uncertain(store, &[id], &token, &why, !in_flight, stop)
-                        .await;
+                    self.uncertain(store, &[id], &token, &why, !in_flight).await;
                 }
             }
         }
@@ -577,7 +723,7 @@ impl<'a> Batch<'a> {
 
     /// 4. Mark replayed, grouped by token; a confirmed row that cannot be marked stays
     ///    `uncertain`, saying that it WAS published.
-    async fn mark(&mut self, store: &dyn Store, confirmed: &[String], stop: &AtomicBool) {
+    async fn mark(&mut self, store: &dyn Store, confirmed: &[String]) {
         let mut by_token: HashMap<String, Vec<String>> = HashMap::new();
         for id in confirmed {
             let t = self.attempt_tokens[id].clone();
@@ -593,16 +739,20 @@ impl<'a> Batch<'a> {
                     e
                 })
                 .collect();
-            let result = retrying(self.lease_end, stop, || {
-                store.mark_replayed(&ids, &token, &entries)
-            })
-            .await;
+            let result = match &self.gave_up {
+                Some(why) => Err(why.clone()),
+                None => {
+                    let bounds = self.bounds(Step::Mark, ids.len(), None);
+                    let r = retrying(bounds, || store.mark_replayed(&ids, &token, &entries)).await;
+                    self.settled(r)
+                }
+            };
             let (mut marked, cause): (HashSet<String>, String) = match result {
                 Ok(m) => (
                     m.into_iter().collect(),
                     "the row is no longer held by this replay".into(),
                 ),
-                Err(e) => (HashSet::new(), e.to_string()),
+                Err(e) => (HashSet::new(), e),
             };
             // A mark whose reply was lost and was retried finds the row already marked.
             let unmarked: Vec<String> = ids
@@ -610,7 +760,7 @@ impl<'a> Batch<'a> {
                 .filter(|i| !marked.contains(*i))
                 .cloned()
                 .collect();
-            if !unmarked.is_empty() {
+            if !unmarked.is_empty() && self.gave_up.is_none() {
                 if let Ok(rows) = store.summaries(&unmarked).await {
                     marked.extend(
                         rows.into_iter()
@@ -629,7 +779,7 @@ impl<'a> Batch<'a> {
                 let why = format!(
                     "published and confirmed by the broker, but the mark could not be written ({cause}): it WAS published; `dlq resolve {id} --delivered`"
                 );
-                self.uncertain(store, std::slice::from_ref(&id), &token, &why, true, stop)
+                self.uncertain(store, std::slice::from_ref(&id), &token, &why, true)
                     .await;
             }
         }
@@ -651,10 +801,14 @@ impl<'a> Batch<'a> {
             .iter()
             .map(|id| self.entry(id, "release", outcome, why, token))
             .collect();
-        let released = retrying(self.lease_end, &AtomicBool::new(false), || {
-            store.release(ids, token, Some(why), &entries)
-        })
-        .await;
+        let released = match &self.gave_up {
+            Some(why) => Err(why.clone()),
+            None => {
+                let bounds = self.bounds(Step::Release, ids.len(), Some(self.lease_end));
+                let r = retrying(bounds, || store.release(ids, token, Some(why), &entries)).await;
+                self.settled(r)
+            }
+        };
         for id in ids {
             let note = match &released {
                 Ok(r) if r.contains(id) => String::new(),
@@ -681,7 +835,6 @@ impl<'a> Batch<'a> {
         token: &str,
         why: &str,
         end_lease: bool,
-        stop: &AtomicBool,
     ) {
         let entries: Vec<NewHistory> = ids
             .iter()
@@ -691,12 +844,20 @@ impl<'a> Batch<'a> {
                 e
             })
             .collect();
-        let noted = retrying(self.lease_end, stop, || {
-            store.settle_uncertain(ids, token, why, end_lease, &entries)
-        })
-        .await;
+        let noted = match &self.gave_up {
+            Some(why) => Err(why.clone()),
+            None => {
+                let bounds = self.bounds(Step::Uncertain, ids.len(), None);
+                let r = retrying(bounds, || {
+                    store.settle_uncertain(ids, token, why, end_lease, &entries)
+                })
+                .await;
+                self.settled(r)
+            }
+        };
         if let Err(e) = noted {
-            tracing::warn!("could not record why the outcome is unknown: {e}");
+            tracing::debug!("could not record why the outcome is unknown: {e}");
+            self.not_recorded += ids.len();
         }
         for id in ids {
             self.report(id, Outcome::Uncertain, why.to_string());
@@ -705,6 +866,9 @@ impl<'a> Batch<'a> {
 
     /// The refusals' history (the steps wrote their own with them).
     async fn record(&self, store: &dyn Store) {
+        if self.gave_up.is_some() || self.history.is_empty() {
+            return;
+        }
         if let Err(e) = store.append_history(&self.history).await {
             tracing::warn!("could not record the history of this replay: {e}");
         }
@@ -762,31 +926,5 @@ impl<'a> Batch<'a> {
             .iter()
             .filter_map(|(id, _)| self.reports.remove(id))
             .collect()
-    }
-}
-
-/// Runs a protocol write until it succeeds, a non-transient error, `stop`, or `until`
-/// (the lease end): a busy or briefly unreachable database must not turn a confirmed
-/// publish into doubt. The writes are token-guarded and idempotent, so a retry after a
-/// lost reply is safe. At least one try.
-async fn retrying<T, F, Fut>(until: Instant, stop: &AtomicBool, mut op: F) -> Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T>>,
-{
-    let mut pause = Duration::from_millis(50);
-    loop {
-        match op().await {
-            Err(e)
-                if is_transient(&e)
-                    && !stop.load(Ordering::SeqCst)
-                    && Instant::now() + pause < until =>
-            {
-                tracing::debug!("retrying in {pause:?}: {e}");
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(Duration::from_secs(2));
-            }
-            r => return r,
-        }
     }
 }

@@ -227,6 +227,7 @@ fn a_plan_listing_an_id_twice_is_refused_and_replay_publishes_an_id_once() {
             exchange: None,
             routing_key: None,
             plan_id: None,
+            ..Default::default()
         };
         let stop = std::sync::atomic::AtomicBool::new(false);
         let reports = dlq::replay::replay(

@@ -7,7 +7,9 @@
 //!
 //! The property: a row is published (a successful attempt, not undone by a release after a
 //! certain failure) at most once, plus once more for each `resolve --not-delivered`; and
-//! it is never `replayed` without an attempt.
+//! it is never `replayed` without an attempt. And a rerun (`Rerun`: the whole protocol,
+//! as `dlq replay ID` right after a crash at any step) reports an open attempt as
+//! `uncertain`, never `not_replayed`.
 
 mod common;
 use common::*;
@@ -47,6 +49,7 @@ enum Op {
     Advance {
         min: u64,
     },
+    Rerun,
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -64,6 +67,7 @@ fn op() -> impl Strategy<Value = Op> {
         (0..3usize, any::<bool>()).prop_map(|(actor, stale)| Op::Uncertain { actor, stale }),
         any::<bool>().prop_map(|delivered| Op::Resolve { delivered }),
         (1..15u64).prop_map(|min| Op::Advance { min }),
+        Just(Op::Rerun),
     ]
 }
 
@@ -85,13 +89,14 @@ impl Model {
     fn holds(&self, token: &str) -> bool {
         !self.replayed && self.owner.as_deref() == Some(token)
     }
+    /// An open attempt is uncertain whatever its lease does.
     fn state(&self) -> &'static str {
         if self.replayed {
             "replayed"
-        } else if self.lease_live() {
-            "claimed"
         } else if self.attempt {
             "uncertain"
+        } else if self.lease_live() {
+            "claimed"
         } else {
             "pending"
         }
@@ -164,6 +169,40 @@ impl Harness {
         }
     }
 
+    /// `dlq replay ID` as a new process would run it (the broker is never reached: the
+    /// row has no target).
+    async fn rerun(&self) -> dlq::model::Outcome {
+        let opts = dlq::publisher::PublisherOptions {
+            connect_timeout: Duration::from_secs(5),
+            confirm_timeout: Duration::from_secs(5),
+            connection_name: "model".into(),
+            tls: Default::default(),
+        };
+        let mut broker =
+            dlq::publisher::Broker::new(vec![SecretUrl::new(AMQP.to_string())], opts, None);
+        let replay_opts = dlq::replay::ReplayOptions {
+            operator: "rerun".into(),
+            lease: Duration::from_secs(60),
+            ..Default::default()
+        };
+        let item = dlq::replay::Item {
+            id: ID.into(),
+            expected_sha256: None,
+        };
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        let reports = dlq::replay::replay(
+            self.store.as_ref(),
+            &mut broker,
+            &[item],
+            &replay_opts,
+            &stop,
+        )
+        .await
+        .unwrap();
+        broker.close().await;
+        reports[0].outcome
+    }
+
     async fn state(&self) -> String {
         let rows = self.store.summaries(&[ID.to_string()]).await.unwrap();
         rows[0].state.as_str().to_string()
@@ -211,7 +250,7 @@ async fn check(h: &Harness, ops: Vec<Op>) -> Result<(), TestCaseError> {
                 let outlive = Duration::from_secs(outlive_min * 60);
                 let got = h
                     .store
-                    .attempt(&ids, &token, &new, outlive, &[])
+                    .attempt(&ids, &token, &new, outlive, None, &[])
                     .await
                     .unwrap();
                 let expect = model.holds(&token)
@@ -285,6 +324,21 @@ async fn check(h: &Harness, ops: Vec<Op>) -> Result<(), TestCaseError> {
             Op::Advance { min } => {
                 h.advance(min).await;
                 model.expires_in = model.expires_in.map(|e| e - min as i64);
+                (true, true)
+            }
+            Op::Rerun => {
+                let outcome = h.rerun().await;
+                // The row has no target: a rerun that claims it releases it unpublished.
+                let expect = match model.state() {
+                    "uncertain" => dlq::model::Outcome::Uncertain,
+                    "pending" => {
+                        model.owner = None;
+                        model.expires_in = None;
+                        dlq::model::Outcome::NotReplayed
+                    }
+                    _ => dlq::model::Outcome::NotReplayed,
+                };
+                prop_assert_eq!(outcome, expect, "rerun on {:?}", model);
                 (true, true)
             }
         };

@@ -215,6 +215,7 @@ fn review_lost_mark_reply_reports_a_replayed_row_as_uncertain() {
             exchange: None,
             routing_key: None,
             plan_id: None,
+            ..Default::default()
         };
         let items = [dlq::replay::Item {
             id: "m1".into(),
@@ -340,9 +341,12 @@ mod lost_reply {
             token: &str,
             new_token: &str,
             outlive: Duration,
+            lock: Option<i64>,
             h: &[NewHistory],
         ) -> Result<Vec<String>> {
-            self.inner.attempt(ids, token, new_token, outlive, h).await
+            self.inner
+                .attempt(ids, token, new_token, outlive, lock, h)
+                .await
         }
         async fn mark_replayed(
             &self,

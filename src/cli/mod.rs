@@ -126,6 +126,9 @@ pub struct GlobalOpts {
     /// Longest a single SQL statement may run (PostgreSQL statement_timeout)
     #[arg(long, global = true, env = "DLQ_STATEMENT_TIMEOUT", default_value = "30s", value_parser = dlq::timeparse::duration_arg)]
     pub statement_timeout: Duration,
+    /// How long a replay retries writing its outcome (a mark or release) while the database does not answer; then the rows are left uncertain
+    #[arg(long, global = true, env = "DLQ_SETTLE_TIMEOUT", default_value = "30s", value_parser = dlq::timeparse::duration_arg)]
+    pub settle_timeout: Duration,
     /// How long to wait for a lock (PostgreSQL lock_timeout, SQLite busy timeout)
     #[arg(long, global = true, env = "DLQ_LOCK_TIMEOUT", default_value = "5s", value_parser = dlq::timeparse::duration_arg)]
     pub lock_timeout: Duration,

@@ -2,32 +2,42 @@
 
 use super::Ctx;
 use dlq::error::{DlqError, Result};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// Sets the flag on SIGINT or SIGTERM; the protocol checks it before publishing.
 pub fn watch_signals() -> Arc<AtomicBool> {
+    watch_signals_counted().0
+}
+
+/// [`watch_signals`], also counting every signal: one that arrives while a replay
+/// retries writing its outcome ends that wait at once (the rows stay uncertain).
+pub fn watch_signals_counted() -> (Arc<AtomicBool>, Arc<AtomicUsize>) {
     let flag = Arc::new(AtomicBool::new(false));
-    let f = flag.clone();
+    let count = Arc::new(AtomicUsize::new(0));
+    let (f, n) = (flag.clone(), count.clone());
     tokio::spawn(async move {
         #[cfg(unix)]
-        {
-            let mut term =
-                match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                    Ok(t) => t,
-                    Err(_) => return,
-                };
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(t) => t,
+                Err(_) => return,
+            };
+        loop {
+            #[cfg(unix)]
             tokio::select! {
                 _ = tokio::signal::ctrl_c() => {}
                 _ = term.recv() => {}
             }
+            #[cfg(not(unix))]
+            let _ = tokio::signal::ctrl_c().await;
+            n.fetch_add(1, Ordering::SeqCst);
+            if !f.swap(true, Ordering::SeqCst) {
+                eprintln!("dlq: interrupted: stopping once the items in flight are settled");
+            }
         }
-        #[cfg(not(unix))]
-        let _ = tokio::signal::ctrl_c().await;
-        f.store(true, Ordering::SeqCst);
-        eprintln!("dlq: interrupted: stopping once the items in flight are settled");
     });
-    flag
+    (flag, count)
 }
 
 /// Asks on the terminal; defaults to No. On a production profile the operator must type

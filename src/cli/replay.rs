@@ -1,7 +1,7 @@
 //! `dlq replay ID` and `dlq replay --plan FILE`: both go through [`dlq::replay::replay`].
 
 use super::output::Base64;
-use super::prompt::{confirm, require_consent, watch_signals};
+use super::prompt::{confirm, require_consent, watch_signals_counted};
 use super::report::{emit, emit_item, StepReport};
 use super::Result;
 use super::{Ctx, Format};
@@ -11,7 +11,9 @@ use dlq::model::{validate_id, Outcome};
 use dlq::plan::{run_plan, Plan, RunOptions};
 use dlq::publisher::{replay_headers, PublisherOptions};
 use dlq::publisher::{Broker, Pacer};
-use dlq::replay::{replay, resolve_target, Item, ReplayOptions, LEASE_MARGIN};
+use dlq::replay::{
+    replay, resolve_target, Item, Notice, Notices, ReplayOptions, Step, LEASE_MARGIN,
+};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -152,6 +154,9 @@ pub async fn run(ctx: &Ctx, args: ReplayArgs) -> Result<u8> {
         exchange: args.exchange.clone(),
         routing_key: args.routing_key.clone(),
         plan_id: None,
+        settle_timeout: ctx.global.settle_timeout,
+        interrupts: Default::default(),
+        notices: notices(ctx.global.settle_timeout),
     };
     let publisher_opts = PublisherOptions {
         connect_timeout: ctx.global.connect_timeout,
@@ -257,7 +262,8 @@ async fn single(
             ));
         }
     }
-    let interrupted = watch_signals();
+    let (interrupted, interrupts) = watch_signals_counted();
+    let opts = ReplayOptions { interrupts, ..opts };
     broker.connect_early();
     let item = Item {
         id: id.to_string(),
@@ -307,7 +313,8 @@ async fn group(
             return Ok(dlq::exit::NOT_DONE);
         }
     }
-    let interrupted = watch_signals();
+    let (interrupted, interrupts) = watch_signals_counted();
+    opts.interrupts = interrupts;
     ctx.out.stop_on_close(interrupted.clone());
     let batch = match args.rate {
         Some(r) => (args.batch_size as usize).min(r.ceil() as usize).max(1),
@@ -388,6 +395,49 @@ async fn group(
         );
     }
     Ok(summary.exit_code())
+}
+
+/// What a replay must say at once goes to stderr, one line per problem: a retry is said
+/// again only once as long as the settle timeout has passed since it was last said.
+fn notices(settle: Duration) -> Notices {
+    let said: std::sync::Mutex<std::collections::HashMap<Step, std::time::Instant>> =
+        Default::default();
+    Notices::new(move |n| {
+        let text = match n {
+            Notice::Retrying {
+                step,
+                rows,
+                until,
+                cause,
+            } => {
+                let mut said = said.lock().unwrap_or_else(|e| e.into_inner());
+                let now = std::time::Instant::now();
+                if said.get(step).is_some_and(|t| now.duration_since(*t) < settle) {
+                    return;
+                }
+                said.insert(*step, now);
+                let until = super::output::time(*until);
+                let what = match step {
+                    Step::Claim => "claiming",
+                    Step::Mark => "writing the mark of confirmed replays for",
+                    Step::Release => "releasing (nothing was published)",
+                    Step::Uncertain => "recording why the outcome is unknown for",
+                };
+                let leave = match step {
+                    Step::Claim | Step::Release => "Ctrl-C stops",
+                    Step::Mark | Step::Uncertain => "Ctrl-C leaves them uncertain",
+                };
+                format!(
+                    "dlq: the database does not answer ({cause}); retrying {what} {rows} dead letter(s) until {until} (--settle-timeout {}); {leave}",
+                    humantime::format_duration(settle)
+                )
+            }
+            Notice::NotRecorded { rows, cause } => format!(
+                "dlq: could not record why {rows} dead letter(s) are uncertain ({cause}); they show uncertain all the same (`dlq list --state uncertain`)"
+            ),
+        };
+        eprintln!("{}", dlq::sanitize::line(&text));
+    })
 }
 
 fn progress_bar(len: u64) -> indicatif::ProgressBar {

@@ -41,7 +41,14 @@ impl StepReport {
         outcome: Outcome,
         prefix: &str,
     ) -> Result<Self> {
-        Ok(match store.summaries(&[id.to_string()]).await?.first() {
+        let rows = store.summaries(&[id.to_string()]).await?;
+        let gone = match rows.first() {
+            Some(r) if r.state == State::Uncertain => {
+                !store.runs_gone(&[r.id.clone()]).await?.is_empty()
+            }
+            _ => false,
+        };
+        Ok(match rows.first() {
             None => StepReport::new(
                 id,
                 Outcome::NotFound,
@@ -54,7 +61,7 @@ impl StepReport {
                     (Outcome::NotClaimed, State::Uncertain) => Outcome::Uncertain,
                     _ => outcome,
                 },
-                format!("{prefix}{}", why_unavailable(row, store.now().await?)),
+                format!("{prefix}{}", why_unavailable(row, store.now().await?, gone)),
             ),
         })
     }
@@ -237,7 +244,7 @@ where
                     Some(row) => {
                         let why = match row.state {
                             State::Pending => "it is pending".to_string(),
-                            _ => why_unavailable(row, store.now().await?),
+                            _ => why_unavailable(row, store.now().await?, false),
                         };
                         StepReport::new(id, change.not_done, format!("{}{why}", change.refused))
                     }

@@ -135,7 +135,7 @@ pub async fn run(ctx: &Ctx, args: ResolveArgs) -> Result<u8> {
                     store.as_ref(),
                     id,
                     Outcome::NotResolved,
-                    "not resolved: only an uncertain dead letter whose replay has ended can be; ",
+                    "not resolved: ",
                 )
                 .await?;
                 r.record(store.as_ref(), &operator, "resolve", None).await;

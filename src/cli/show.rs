@@ -5,7 +5,7 @@ use super::report::{emit, StepReport};
 use super::Result;
 use super::{Ctx, Format};
 use clap::Args;
-use dlq::model::{validate_id, DeadLetter, HistoryEntry, Outcome, Summary};
+use dlq::model::{validate_id, DeadLetter, HistoryEntry, Outcome, Settling, State, Summary};
 use dlq::sanitize::{line, markdown_cell};
 use serde::Serialize;
 
@@ -25,7 +25,21 @@ struct ShowJson<'a> {
     body_text: Option<&'a str>,
     sha256: String,
     body_bytes: usize,
+    /// While the run that attempted an uncertain row may still settle it: its lease end.
+    settling_until: Option<chrono::DateTime<chrono::Utc>>,
+    /// Of an uncertain row: who may still settle it (`running`, `run_gone`, `v1_claim`,
+    /// `ended`).
+    settling: Option<&'static str>,
     history: &'a [HistoryEntry],
+}
+
+fn settling_name(s: Settling) -> &'static str {
+    match s {
+        Settling::Running { .. } => "running",
+        Settling::RunGone => "run_gone",
+        Settling::V1Claim => "v1_claim",
+        Settling::Ended => "ended",
+    }
 }
 
 pub async fn run(ctx: &Ctx, args: ShowArgs) -> Result<u8> {
@@ -43,6 +57,11 @@ pub async fn run(ctx: &Ctx, args: ShowArgs) -> Result<u8> {
         return Ok(emit(ctx, &r));
     };
     let history = store.history(&args.id).await?;
+    let run_gone = match row.summary.state {
+        State::Uncertain => !store.runs_gone(&[args.id.clone()]).await?.is_empty(),
+        _ => false,
+    };
+    let settling = row.summary.settling(row.db_now, run_gone);
     store.close().await;
     match ctx.format {
         Format::Json => ctx.out.json(&ShowJson {
@@ -52,16 +71,18 @@ pub async fn run(ctx: &Ctx, args: ShowArgs) -> Result<u8> {
             body_text: std::str::from_utf8(&row.body).ok(),
             sha256: row.sha256(),
             body_bytes: row.body.len(),
+            settling_until: settling.and_then(Settling::until),
+            settling: settling.map(settling_name),
             history: &history,
         }),
-        Format::Table => ctx.out.text(&render(&row, &history)),
-        Format::Markdown => ctx.out.text(&render_markdown(&row, &history)),
+        Format::Table => ctx.out.text(&render(&row, settling, &history)),
+        Format::Markdown => ctx.out.text(&render_markdown(&row, settling, &history)),
     }
     Ok(dlq::exit::OK)
 }
 
 /// Every column of the row, labelled, in the order `show` prints them.
-fn fields(row: &DeadLetter) -> Vec<(&'static str, String)> {
+fn fields(row: &DeadLetter, settling: Option<Settling>) -> Vec<(&'static str, String)> {
     let s = &row.summary;
     let mut out = Vec::new();
     let mut kv = |k: &'static str, v: String| out.push((k, v));
@@ -97,6 +118,10 @@ fn fields(row: &DeadLetter) -> Vec<(&'static str, String)> {
         s.replayed_at.map(time).unwrap_or_else(|| "-".into()),
     );
     let lease = match (&s.replay_claim_owner, s.replay_claim_expires_at) {
+        (Some(owner), Some(until)) if s.v1_claim && s.replayed_at.is_none() => format!(
+            "a claim by {owner} until {} taken by a tool older than this schema (dlq v1); nobody holds its token",
+            time(until)
+        ),
         (Some(owner), Some(until)) if s.replayed_at.is_none() && until > row.db_now => format!(
             "held by {owner} until {} ({}s left)",
             time(until),
@@ -108,8 +133,33 @@ fn fields(row: &DeadLetter) -> Vec<(&'static str, String)> {
         _ => "-".into(),
     };
     kv("lease:", lease);
-    if let Some(at) = s.replay_attempt_at {
-        kv("attempt at:", time(at));
+    match (s.replay_attempt_at, settling) {
+        (Some(at), Some(Settling::V1Claim)) => kv(
+            "attempt at:",
+            format!("unknown, before {} (the upgrade from dlq v1)", time(at)),
+        ),
+        (Some(at), _) => kv("attempt at:", time(at)),
+        _ => {}
+    }
+    match settling {
+        Some(Settling::Running { until }) => kv(
+            "settling until:",
+            format!(
+                "{} (the run that attempted it may still settle it; `dlq resolve` waits until then)",
+                time(until)
+            ),
+        ),
+        Some(Settling::RunGone) => kv(
+            "settling:",
+            "the run that attempted it is gone (its run lock is free): `dlq resolve` may decide now"
+                .into(),
+        ),
+        Some(Settling::V1Claim) => kv(
+            "settling:",
+            "claimed by a tool older than this schema: nobody can settle it but `dlq resolve`"
+                .into(),
+        ),
+        _ => {}
     }
     if let Some(at) = s.discarded_at {
         kv(
@@ -126,11 +176,11 @@ fn fields(row: &DeadLetter) -> Vec<(&'static str, String)> {
     out
 }
 
-fn render(row: &DeadLetter, history: &[HistoryEntry]) -> String {
+fn render(row: &DeadLetter, settling: Option<Settling>, history: &[HistoryEntry]) -> String {
     let mut out = String::new();
     // Values are untrusted: each stays on its line, escaped (the body and headers below
     // keep their newlines; `Out::text` escapes the rest).
-    for (k, v) in fields(row) {
+    for (k, v) in fields(row, settling) {
         out.push_str(&format!("{k:<17} {}\n", line(&v)));
     }
 
@@ -161,13 +211,17 @@ fn render(row: &DeadLetter, history: &[HistoryEntry]) -> String {
 
 /// `show -o markdown`, for an incident ticket: the columns as a table, headers and body
 /// in fenced blocks (a fence longer than any backtick run inside), the history as a table.
-fn render_markdown(row: &DeadLetter, history: &[HistoryEntry]) -> String {
+fn render_markdown(
+    row: &DeadLetter,
+    settling: Option<Settling>,
+    history: &[HistoryEntry],
+) -> String {
     let cell = |v: &str| markdown_cell(v);
     let mut out = format!(
         "### Dead letter {}\n\n| field | value |\n|---|---|\n",
         cell(&row.summary.id)
     );
-    for (k, v) in fields(row) {
+    for (k, v) in fields(row, settling) {
         out.push_str(&format!("| {} | {} |\n", k.trim_end_matches(':'), cell(&v)));
     }
     let headers = serde_json::to_string_pretty(&row.headers()).unwrap_or_default();

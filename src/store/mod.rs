@@ -172,12 +172,15 @@ pub trait Store: Reads {
     /// open and the lease outlives `outlive` on the database clock, records the attempt
     /// and swaps the token for `new_token`. Returns the IDs attempted: only these may be
     /// published.
+    /// `lock`: the key of the run lock ([`Store::hold_run_lock`]) held for `new_token`,
+    /// recorded with the attempt so that `resolve` can tell when the run is gone.
     async fn attempt(
         &self,
         ids: &[String],
         token: &str,
         new_token: &str,
         outlive: Duration,
+        lock: Option<i64>,
         history: &[NewHistory],
     ) -> Result<Vec<String>>;
     /// Protocol step 4: marks replayed where `token` holds an attempted, unreplayed row.
@@ -211,9 +214,10 @@ pub trait Store: Reads {
         end_lease: bool,
         history: &[NewHistory],
     ) -> Result<Vec<String>>;
-    /// Protocol step 7: an operator's decision on `uncertain` rows (an attempt whose
-    /// lease has ended, so no replay can still be in flight): `delivered` marks them
-    /// replayed, else they go back to `pending`. Returns the IDs resolved.
+    /// Protocol step 7: an operator's decision on `uncertain` rows whose attempting run
+    /// can no longer settle them (its lease has ended, its run lock is free, or the claim
+    /// was a v1 tool's): `delivered` marks them replayed, else they go back to `pending`.
+    /// Returns the IDs resolved.
     async fn resolve(
         &self,
         ids: &[String],
@@ -221,6 +225,19 @@ pub trait Store: Reads {
         history: &[NewHistory],
     ) -> Result<Vec<String>>;
     async fn append_history(&self, entries: &[NewHistory]) -> Result<()>;
+    /// The attempting run's proof of life (docs/replay-protocol.md, "Settling"): a lock
+    /// for `token` that lasts as long as this process's own database session. `None`:
+    /// this store has none (or it could not be taken); the lease is then the only word.
+    async fn hold_run_lock(&self, _token: &str) -> Option<i64> {
+        None
+    }
+    /// Gives up a lock of [`Store::hold_run_lock`] once its rows are settled.
+    async fn free_run_lock(&self, _key: i64) {}
+    /// Of these uncertain rows whose lease still runs, those whose attempting run is
+    /// provably gone (its run lock is free).
+    async fn runs_gone(&self, _ids: &[String]) -> Result<Vec<String>> {
+        Ok(Vec::new())
+    }
     async fn close(&self);
 
     /// `dlq capture`: inserts the rows in one transaction, skipping each redelivered one
@@ -403,19 +420,29 @@ pub(crate) fn is_row_error(e: &sqlx::Error, sqlite: bool) -> bool {
 }
 
 /// The SQL condition of one state, `now` being the dialect's clock. The five are
-/// disjoint and cover every row; [`state_case`] is the same rule as one expression. A
-/// live lease is `claimed` whether or not its publish has started (a replay in
-/// progress); an attempt whose lease has ended, however it ended, is `uncertain`.
+/// disjoint and cover every row; [`state_case`] is the same rule as one expression. An
+/// open attempt is `uncertain` whatever its lease does (a replay in flight, or one that
+/// crashed: a rerun must never take it for "someone else holds it"); `claimed` is a live
+/// lease with no attempt. A lease nobody owns (a worker's expiry with no owner) holds
+/// nothing.
 pub(crate) fn state_predicate(state: State, now: &str) -> String {
     const OPEN: &str = "replayed_at IS NULL AND discarded_at IS NULL";
-    let lapsed = format!("(replay_claim_expires_at IS NULL OR replay_claim_expires_at <= {now})");
+    let live = lease_live(now);
     match state {
         State::Replayed => "replayed_at IS NOT NULL".into(),
         State::Discarded => "replayed_at IS NULL AND discarded_at IS NOT NULL".into(),
-        State::Claimed => format!("{OPEN} AND replay_claim_expires_at > {now}"),
-        State::Uncertain => format!("{OPEN} AND replay_attempt_at IS NOT NULL AND {lapsed}"),
-        State::Pending => format!("{OPEN} AND replay_attempt_at IS NULL AND {lapsed}"),
+        State::Uncertain => format!("{OPEN} AND replay_attempt_at IS NOT NULL"),
+        State::Claimed => format!("{OPEN} AND replay_attempt_at IS NULL AND {live}"),
+        State::Pending => format!("{OPEN} AND replay_attempt_at IS NULL AND NOT ({live})"),
     }
+}
+
+/// A lease that holds the row: an owner and an end after `now`.
+pub(crate) fn lease_live(now: &str) -> String {
+    format!(
+        "(replay_claim_owner IS NOT NULL AND replay_claim_expires_at IS NOT NULL \
+         AND replay_claim_expires_at > {now})"
+    )
 }
 
 /// The state of a row as one SQL expression (see [`state_predicate`]).
@@ -423,10 +450,23 @@ pub(crate) fn state_case(now: &str) -> String {
     format!(
         "CASE WHEN replayed_at IS NOT NULL THEN 'replayed' \
               WHEN discarded_at IS NOT NULL THEN 'discarded' \
-              WHEN replay_claim_expires_at > {now} THEN 'claimed' \
-              WHEN replay_attempt_at IS NOT NULL THEN 'uncertain' ELSE 'pending' END"
+              WHEN replay_attempt_at IS NOT NULL THEN 'uncertain' \
+              WHEN {} THEN 'claimed' ELSE 'pending' END",
+        lease_live(now)
     )
 }
+
+/// An uncertain row that no run can still settle, so `resolve` may decide it: its lease
+/// has ended, or its claim was a v1 tool's (`v1_token`: the dialect's test of the token
+/// `dlq migrate` gave it), or `proof` (the dialect's run-lock test) says its run is gone.
+pub(crate) fn unsettleable(now: &str, v1_token: &str, proof: Option<&str>) -> String {
+    let proof = proof.map(|p| format!(" OR {p}")).unwrap_or_default();
+    format!("(NOT {} OR {v1_token}{proof})", lease_live(now))
+}
+
+/// The owner part a v1 claim's token was given by `dlq migrate` (`OPERATOR:v1-...`): a
+/// token nobody holds, of a tool older than this schema.
+pub const V1_TOKEN_MARK: &str = ":v1-";
 
 /// Transient database errors: worth retrying a protocol write that must not be lost.
 pub fn is_transient(e: &DlqError) -> bool {

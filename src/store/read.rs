@@ -304,12 +304,13 @@ fn time<D: Dialect>(row: &D::Row, col: &str) -> Decoded<DateTime<Utc>> {
 pub(crate) fn summary<D: Dialect>(row: &D::Row) -> Decoded<Summary> {
     let t = |col: &str| text::<D>(row, col);
     let state = required(t("state")?, "state")?;
+    let owner = t("replay_claim_owner")?;
     Ok(Summary {
         id: required(t("id")?, "id")?,
         reason: required(t("reason")?, "reason")?,
         attempts: D::int(row, "attempts")?,
         replayed_at: D::time(row, "replayed_at")?,
-        replay_claim_owner: t("replay_claim_owner")?.map(|o| token_operator(&o).to_string()),
+        replay_claim_owner: owner.as_deref().map(|o| token_operator(o).to_string()),
         replay_claim_expires_at: D::time(row, "replay_claim_expires_at")?,
         last_replay_error: t("last_replay_error")?,
         event_id: t("eff_event_id")?,
@@ -325,6 +326,7 @@ pub(crate) fn summary<D: Dialect>(row: &D::Row) -> Decoded<Summary> {
         discard_note: t("discard_note")?,
         state: State::parse(&state)
             .ok_or_else(|| sqlx::Error::Decode(format!("unknown state {state:?}").into()))?,
+        v1_claim: owner.is_some_and(|o| o.contains(super::V1_TOKEN_MARK)),
     })
 }
 

@@ -10,7 +10,8 @@ use super::read::{
 };
 use super::{
     check_prune_filter, db_error, is_row_error, migration_error, newly_applied, state_predicate,
-    CaptureOutcome, CapturedLetter, Claimed, ImportReport, NewDeadLetter, Store, StoreOptions,
+    unsettleable, CaptureOutcome, CapturedLetter, Claimed, ImportReport, NewDeadLetter, Store,
+    StoreOptions,
 };
 use crate::error::{DlqError, Result};
 use crate::model::{ContentMatch, Filter, NewHistory, State};
@@ -33,6 +34,10 @@ static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
 
 /// The database clock in milliseconds since the epoch.
 pub const NOW_MS: &str = "CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER)";
+
+/// The token `dlq migrate` gave a v1 claim ends in `:v1-` and 32 hex digits; a token of
+/// this dlq ends in `:` and a UUID (36 characters), so never matches.
+const V1_TOKEN: &str = "substr(replay_claim_owner, -36, 4) = ':v1-'";
 
 pub struct SqliteStore {
     pool: SqlitePool,
@@ -482,6 +487,8 @@ impl Store for SqliteStore {
         token: &str,
         new_token: &str,
         outlive: Duration,
+        // SQLite has no session a lock could live with: the lease is the only word.
+        _lock: Option<i64>,
         history: &[NewHistory],
     ) -> Result<Vec<String>> {
         let sql = format!(
@@ -578,9 +585,10 @@ impl Store for SqliteStore {
         };
         let sql = format!(
             "UPDATE dead_letters SET {set} \
-             WHERE {IN_IDS} AND {} \
+             WHERE {IN_IDS} AND {} AND {} \
              RETURNING id",
-            state_predicate(State::Uncertain, NOW_MS)
+            state_predicate(State::Uncertain, NOW_MS),
+            unsettleable(NOW_MS, V1_TOKEN, None)
         );
         self.step(sqlx::query(sql.as_str()).bind(ids_json(ids)), history)
             .await
