@@ -18,10 +18,12 @@
 //! The body and event ID are never changed: consumers deduplicate on the event ID.
 
 mod settle;
+mod why;
 pub use settle::{cause_text, Notice, Notices, Step, DEFAULT_SETTLE_TIMEOUT};
+pub use why::why_unavailable;
 
 use crate::error::{DlqError, Result};
-use crate::model::{sha256_hex, DeadLetter, NewHistory, Outcome, Settling, State, Summary};
+use crate::model::{sha256_hex, DeadLetter, NewHistory, Outcome, State, Summary};
 use crate::publisher::{
     replay_headers, to_field_table, unless_stopped, Broker, NoConnection, OutgoingMessage,
     PublishResult, Sent, Target, Turn,
@@ -29,7 +31,7 @@ use crate::publisher::{
 use crate::store::Store;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use settle::{busy, retrying, transient, Bounds, Settled};
+use settle::{retrying, transient, Settled};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -130,55 +132,6 @@ pub fn build_message<'a>(row: &'a DeadLetter, operator: &str) -> OutgoingMessage
 /// `OPERATOR:UUIDv4`, unguessable.
 pub fn new_token(operator: &str) -> String {
     format!("{operator}:{}", uuid::Uuid::new_v4())
-}
-
-fn fmt_time(t: DateTime<Utc>) -> String {
-    t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
-}
-
-/// Why a row cannot be claimed (or is no longer the caller's), for the operator.
-/// `run_gone`: the store proved that the run that attempted it is gone.
-pub fn why_unavailable(row: &Summary, now: DateTime<Utc>, run_gone: bool) -> String {
-    let by = row.replay_claim_owner.as_deref().unwrap_or("unknown");
-    let at = row.replay_attempt_at.map(fmt_time).unwrap_or_default();
-    let error = row
-        .last_replay_error
-        .as_deref()
-        .unwrap_or("outcome unknown");
-    match row.state {
-        State::Replayed => format!(
-            "already replayed at {} by {by}",
-            row.replayed_at.map(fmt_time).unwrap_or_default()
-        ),
-        State::Discarded => format!(
-            "discarded at {}: {}",
-            row.discarded_at.map(fmt_time).unwrap_or_default(),
-            row.discard_note.as_deref().unwrap_or("")
-        ),
-        State::Uncertain => match row.settling(now, run_gone) {
-            Some(Settling::Running { until }) => format!(
-                "uncertain: a replay by {by} attempted it at {at} and may have published it; that run may still settle it until {} ({}s left): then check the consumers and `dlq resolve`",
-                fmt_time(until),
-                (until - now).num_seconds().max(0)
-            ),
-            Some(Settling::RunGone) => format!(
-                "uncertain: a replay by {by} at {at} may have published it ({error}), and that run is gone; check the consumers, then `dlq resolve`"
-            ),
-            Some(Settling::V1Claim) => format!(
-                "uncertain: claimed by a tool older than this schema (dlq v1, {by}, lease until {}): a replay may have been published before the upgrade, and nobody holds its claim now; check the consumers, then `dlq resolve`",
-                row.replay_claim_expires_at.map(fmt_time).unwrap_or_else(|| "unknown".into())
-            ),
-            _ => format!(
-                "uncertain: a replay by {by} at {at} may have published it ({error}); check the consumers, then `dlq resolve`"
-            ),
-        },
-        State::Claimed => {
-            let until = row.replay_claim_expires_at.unwrap_or(now);
-            let left = (until - now).num_seconds().max(0);
-            format!("claimed by {by} until {} ({left}s left)", fmt_time(until))
-        }
-        State::Pending => "nobody holds a claim on it".into(),
-    }
 }
 
 /// What kind of publish result, for settling.
@@ -305,59 +258,6 @@ impl<'a> Batch<'a> {
             stalled: false,
             gave_up: None,
             not_recorded: 0,
-        }
-    }
-
-    /// How a settle write of `rows` rows is retried: for the settle timeout, and never
-    /// past `lease` when it needs the lease.
-    fn bounds(&self, step: Step, rows: usize, lease: Option<Instant>) -> Bounds<'a> {
-        let until = Instant::now() + self.opts.settle_timeout;
-        Bounds {
-            until: lease.map_or(until, |l| l.min(until)),
-            interrupts: &self.opts.interrupts,
-            notices: &self.opts.notices,
-            step,
-            rows,
-            retry: if step == Step::Claim { busy } else { transient },
-        }
-    }
-
-    /// What a retried write came to: `Err` with the cause when it did not happen (or
-    /// may not have); gives the database up for this batch when it should be.
-    fn settled<T>(&mut self, r: Settled<T>) -> std::result::Result<T, String> {
-        match r {
-            Settled::Done(v) => Ok(v),
-            Settled::Failed(e) => {
-                let cause = cause_text(&e);
-                if transient(&e) {
-                    self.gave_up = Some(cause.clone());
-                }
-                Err(cause)
-            }
-            Settled::Abandoned => {
-                let cause = "interrupted while it was being written".to_string();
-                self.gave_up = Some(cause.clone());
-                Err(cause)
-            }
-        }
-    }
-
-    /// The end of the batch: say once what could not be recorded, and give up the run
-    /// locks of settled rows (a stalled publish keeps them, as it keeps its lease).
-    async fn finish(&mut self, store: &dyn Store) {
-        if self.not_recorded > 0 {
-            let cause = self.gave_up.clone().unwrap_or_default();
-            let n = Notice::NotRecorded {
-                rows: self.not_recorded,
-                cause,
-            };
-            self.opts.notices.send(&n);
-        }
-        if self.stalled || self.gave_up.is_some() {
-            return;
-        }
-        for key in std::mem::take(&mut self.locks) {
-            store.free_run_lock(key).await;
         }
     }
 

@@ -544,10 +544,84 @@ fn broker_silent_after_publish_is_uncertain_within_the_timeout() {
 }
 
 #[test]
-fn database_lost_after_the_confirm_is_uncertain_and_published_once() {
-    let mut rabbit = Rabbit::new();
+fn a_replay_killed_before_its_confirm_is_uncertain_to_an_immediate_rerun() {
+    // Once broke: the rerun said not_replayed (exit 3) while the dead run's lease ran.
+    for b in [Backend::Postgres, Backend::Sqlite] {
+        let mut rabbit = Rabbit::new();
+        let q = rabbit.queue("dlq_kill_single");
+        let db = TestDb::migrated(b);
+        db.add(letter("k1", &q, BODY));
+        // The broker takes the message; its confirm never reaches dlq.
+        let proxy = Proxy::start("127.0.0.1:5672", OnServerBytes::Stall(BASIC_ACK.to_vec()));
+        let mut child = db
+            .cmd()
+            .args([
+                "replay",
+                "k1",
+                "--yes",
+                "--confirm-timeout",
+                "60s",
+                "--lease",
+                "5m",
+            ])
+            .env(
+                "DLQ_AMQP_URL",
+                format!("amqp://guest:guest@{}/%2f", proxy.addr()),
+            )
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let started = Instant::now();
+        while rabbit.count(&q) == 0 {
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "never published"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        signal(&child, "KILL");
+        child.wait().unwrap();
+        let r = db.dlq(&["replay", "k1", "--yes"]);
+        assert_eq!(r.code, 6, "{b:?}: {}", r.all());
+        assert_eq!(r.json()["outcome"], "uncertain");
+        let r = db.dlq(&["claim", "k1"]);
+        assert_eq!(r.code, 6, "{b:?}: claim: {}", r.all());
+        assert_eq!(db.ids(&["--state", "uncertain"]), vec!["k1"]);
+        assert_eq!(rabbit.drain(&q).len(), 1, "{b:?}: published once");
+        let s = db.show("k1");
+        let r = db.dlq(&["resolve", "k1", "--not-delivered", "--note", "checked"]);
+        match b {
+            // The dead run's session, and its run lock, ended with it.
+            Backend::Postgres => {
+                assert_eq!(s["settling"], "run_gone", "{s}");
+                assert_eq!(r.code, 0, "{}", r.all());
+            }
+            // No proof on SQLite: resolve waits for the lease, and says until when.
+            Backend::Sqlite => {
+                assert_eq!(s["settling"], "running", "{s}");
+                let until = s["settling_until"].as_str().unwrap();
+                assert_eq!(r.code, 3, "{}", r.all());
+                assert!(
+                    r.json()["detail"].as_str().unwrap().contains(&until[..16]),
+                    "{}",
+                    r.stdout
+                );
+                let table = db.dlq(&["-o", "table", "show", "k1"]).stdout;
+                assert!(table.contains("settling until:"), "{table}");
+            }
+        }
+    }
+}
+
+/// A replay whose database goes away right after the broker's confirm, through proxies
+/// of the test's own: `--settle-timeout` bounds the mark's retry.
+fn replay_losing_the_database(
+    rabbit: &mut Rabbit,
+    db: &TestDb,
+    settle: &str,
+) -> (std::process::Child, String) {
     let q = rabbit.queue("dlq_dblost");
-    let db = TestDb::migrated(Backend::Postgres);
     db.add(letter("d1", &q, BODY));
     let pg_proxy = Proxy::start("127.0.0.1:5432", OnServerBytes::Nothing);
     let amqp_proxy = Proxy::start(
@@ -556,29 +630,75 @@ fn database_lost_after_the_confirm_is_uncertain_and_published_once() {
     );
     let db_url = db.url.replace("127.0.0.1:5432", &pg_proxy.addr());
     let amqp_url = format!("amqp://guest:guest@{}/%2f", amqp_proxy.addr());
-    let started = Instant::now();
-    let r = db.dlq_env(
-        &[
+    let child = db
+        .cmd()
+        .args([
             "replay",
             "d1",
             "--yes",
             "--connect-timeout",
-            "2s",
+            "1s",
             "--lease",
-            "20s",
-            "-v",
-        ],
-        &[("DLQ_DATABASE_URL", &db_url), ("DLQ_AMQP_URL", &amqp_url)],
-    );
-    assert_eq!(r.code, 6, "{}", r.all());
-    // The mark was retried for as long as the lease held, then given up.
-    assert!(r.stderr.contains("retrying"), "{}", r.stderr);
+            "5m",
+        ])
+        .args(["--settle-timeout", settle])
+        .env("DLQ_DATABASE_URL", &db_url)
+        .env("DLQ_AMQP_URL", &amqp_url)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The proxies live as long as the test's process: leak them with the child.
+    std::mem::forget((pg_proxy, amqp_proxy));
+    (child, q)
+}
+
+/// Reads stderr until a line containing `what`, within `within`; returns it.
+fn stderr_line(child: &mut std::process::Child, what: &str, within: Duration) -> String {
+    use std::io::BufRead;
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = tx.send(line);
+        }
+    });
+    let end = Instant::now() + within;
+    let mut seen = Vec::new();
+    while let Ok(line) = rx.recv_timeout(end.saturating_duration_since(Instant::now())) {
+        if line.contains(what) {
+            return line;
+        }
+        seen.push(line);
+    }
+    panic!("no stderr line with {what:?} within {within:?}: {seen:?}");
+}
+
+#[test]
+fn database_lost_after_the_confirm_is_uncertain_within_the_settle_timeout() {
+    // Once broke: the mark was retried until the lease ended (5 minutes), in silence.
+    let mut rabbit = Rabbit::new();
+    let db = TestDb::migrated(Backend::Postgres);
+    let started = Instant::now();
+    let (mut child, q) = replay_losing_the_database(&mut rabbit, &db, "3s");
+    let line = stderr_line(&mut child, "retrying", Duration::from_secs(5));
     assert!(
-        started.elapsed() > Duration::from_secs(10),
-        "{:?}",
-        started.elapsed()
+        line.contains("--settle-timeout 3s") && line.contains("Ctrl-C leaves them uncertain"),
+        "{line}"
     );
-    let j = r.json();
+    let out = child.wait_with_output().unwrap();
+    let took = started.elapsed();
+    assert_eq!(
+        out.status.code(),
+        Some(6),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(took < Duration::from_secs(15), "{took:?}");
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(j["outcome"], "uncertain");
     assert!(
         j["detail"].as_str().unwrap().contains("WAS published"),
@@ -587,13 +707,38 @@ fn database_lost_after_the_confirm_is_uncertain_and_published_once() {
     assert_eq!(rabbit.drain(&q).len(), 1, "published once");
     let s = db.show("d1");
     assert_eq!(s["replayed_at"], serde_json::Value::Null, "not marked");
-    assert_eq!(s["state"], "claimed", "the attempt's lease still runs");
-    db.sql(&["UPDATE dead_letters SET replay_claim_expires_at = now() - interval '1 second'"]);
     assert_eq!(
-        db.show("d1")["state"],
-        "uncertain",
-        "never pending: it was sent"
+        s["state"], "uncertain",
+        "an open attempt, whatever its lease"
     );
+    assert_eq!(db.ids(&["--state", "uncertain"]), vec!["d1"]);
+}
+
+#[test]
+fn interrupt_during_the_settle_wait_ends_it_at_once_as_uncertain() {
+    let mut rabbit = Rabbit::new();
+    let db = TestDb::migrated(Backend::Postgres);
+    let (mut child, q) = replay_losing_the_database(&mut rabbit, &db, "60s");
+    // A long settle timeout: only the signal can end the wait this soon.
+    stderr_line(&mut child, "retrying", Duration::from_secs(5));
+    let signalled = Instant::now();
+    signal(&child, "INT");
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        signalled.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        signalled.elapsed()
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(6),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(j["outcome"], "uncertain", "{j}");
+    assert_eq!(rabbit.drain(&q).len(), 1, "published once");
+    assert_eq!(db.show("d1")["state"], "uncertain");
 }
 
 #[test]

@@ -43,9 +43,10 @@ impl StepReport {
     ) -> Result<Self> {
         let rows = store.summaries(&[id.to_string()]).await?;
         let gone = match rows.first() {
-            Some(r) if r.state == State::Uncertain => {
-                !store.runs_gone(&[r.id.clone()]).await?.is_empty()
-            }
+            Some(r) if r.state == State::Uncertain => !store
+                .runs_gone(std::slice::from_ref(&r.id))
+                .await?
+                .is_empty(),
             _ => false,
         };
         Ok(match rows.first() {

@@ -1,7 +1,9 @@
 //! `dlq resolve`: the operator's decision on `uncertain` dead letters, after checking the
 //! consumers: `--delivered` marks them replayed, `--not-delivered` makes them `pending`
-//! again. Only rows whose lease has ended are resolved, so no replay can still be
-//! publishing one; the decision and its note go into the history.
+//! again. Only rows that no run can still settle are resolved (the lease has ended, the
+//! attempting run is provably gone, or the claim was dlq v1's), so no replay can still
+//! be settling one; a refusal names until when. The decision and its note go into the
+//! history.
 
 use super::filters::FilterArgs;
 use super::output::thousands;
@@ -122,6 +124,14 @@ pub async fn run(ctx: &Ctx, args: ResolveArgs) -> Result<u8> {
                     .history(&operator, "resolve", None)
             })
             .collect();
+        // Why each was uncertain, where the report should say it (a v1 claim).
+        let v1: HashSet<String> = store
+            .summaries(chunk)
+            .await?
+            .into_iter()
+            .filter(|s| s.v1_claim && s.state == State::Uncertain)
+            .map(|s| s.id)
+            .collect();
         let resolved: HashSet<String> = store
             .resolve(chunk, args.delivered, &entries)
             .await?
@@ -129,7 +139,11 @@ pub async fn run(ctx: &Ctx, args: ResolveArgs) -> Result<u8> {
             .collect();
         for id in chunk {
             let report = if resolved.contains(id) {
-                StepReport::new(id, Outcome::Resolved, detail.clone())
+                let why = match v1.contains(id) {
+                    true => " (it was claimed by a tool older than this schema, dlq v1; nobody held its claim)",
+                    false => "",
+                };
+                StepReport::new(id, Outcome::Resolved, format!("{detail}{why}"))
             } else {
                 let r = StepReport::unavailable(
                     store.as_ref(),

@@ -58,7 +58,10 @@ pub async fn run(ctx: &Ctx, args: ShowArgs) -> Result<u8> {
     };
     let history = store.history(&args.id).await?;
     let run_gone = match row.summary.state {
-        State::Uncertain => !store.runs_gone(&[args.id.clone()]).await?.is_empty(),
+        State::Uncertain => !store
+            .runs_gone(std::slice::from_ref(&args.id))
+            .await?
+            .is_empty(),
         _ => false,
     };
     let settling = row.summary.settling(row.db_now, run_gone);

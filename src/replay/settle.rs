@@ -9,8 +9,9 @@
 //! at once, leaving the rows `uncertain` (never a mark that may or may not have been
 //! written reported as one or the other).
 
+use super::Batch;
 use crate::error::DlqError;
-use crate::store::is_transient;
+use crate::store::{is_transient, Store};
 use chrono::{DateTime, Utc};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -49,7 +50,9 @@ pub enum Notice {
 
 /// Where notices go (the CLI prints them on stderr); by default nowhere.
 #[derive(Clone, Default)]
-pub struct Notices(Option<Arc<dyn Fn(&Notice) + Send + Sync>>);
+pub struct Notices(Option<Arc<NoticeFn>>);
+
+type NoticeFn = dyn Fn(&Notice) + Send + Sync;
 
 impl Notices {
     pub fn new(f: impl Fn(&Notice) + Send + Sync + 'static) -> Self {
@@ -166,6 +169,61 @@ async fn until_signal<T>(
                     return None;
                 }
             }
+        }
+    }
+}
+
+impl<'a> Batch<'a> {
+    /// How a settle write of `rows` rows is retried: for the settle timeout, and never
+    /// past `lease` when it needs the lease.
+    pub(super) fn bounds(&self, step: Step, rows: usize, lease: Option<Instant>) -> Bounds<'a> {
+        let until = Instant::now() + self.opts.settle_timeout;
+        Bounds {
+            until: lease.map_or(until, |l| l.min(until)),
+            interrupts: &self.opts.interrupts,
+            notices: &self.opts.notices,
+            step,
+            rows,
+            retry: if step == Step::Claim { busy } else { transient },
+        }
+    }
+
+    /// What a retried write came to: `Err` with the cause when it did not happen (or
+    /// may not have); gives the database up for this batch when it should be.
+    pub(super) fn settled<T>(&mut self, r: Settled<T>) -> std::result::Result<T, String> {
+        match r {
+            Settled::Done(v) => Ok(v),
+            Settled::Failed(e) => {
+                let cause = cause_text(&e);
+                if transient(&e) {
+                    self.gave_up = Some(cause.clone());
+                }
+                Err(cause)
+            }
+            Settled::Abandoned => {
+                let cause = "interrupted while it was being written".to_string();
+                self.gave_up = Some(cause.clone());
+                Err(cause)
+            }
+        }
+    }
+
+    /// The end of the batch: say once what could not be recorded, and give up the run
+    /// locks of settled rows (a stalled publish keeps them, as it keeps its lease).
+    pub(super) async fn finish(&mut self, store: &dyn Store) {
+        if self.not_recorded > 0 {
+            let cause = self.gave_up.clone().unwrap_or_default();
+            let n = Notice::NotRecorded {
+                rows: self.not_recorded,
+                cause,
+            };
+            self.opts.notices.send(&n);
+        }
+        if self.stalled || self.gave_up.is_some() {
+            return;
+        }
+        for key in std::mem::take(&mut self.locks) {
+            store.free_run_lock(key).await;
         }
     }
 }
