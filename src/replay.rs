@@ -31,7 +31,7 @@ use crate::publisher::{
 use crate::store::Store;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use settle::{retrying, transient, Settled};
+use settle::{retrying, transient, Bounds, Settled};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -176,7 +176,8 @@ pub async fn replay_batch(
     stop: &AtomicBool,
 ) -> Result<BatchOutcome> {
     let mut batch = Batch::new(items, opts);
-    batch.claim(store).await?;
+    let (claimed, ()) = tokio::join!(batch.claim(store), store.open_run_lock());
+    claimed?;
     batch.check(store).await;
     let (sent, turn) = batch.attempt_and_send(store, broker, stop).await;
     let results = match broker.publisher() {
@@ -374,9 +375,15 @@ impl<'a> Batch<'a> {
         if ids.is_empty() {
             return Some(Vec::new());
         }
-        let mut bounds = self.bounds(Step::Claim, ids.len(), Some(self.lease_end));
-        bounds.until = bounds.until.min(Instant::now() + HELD_READ_RETRY);
-        bounds.retry = transient;
+        // A signal here stops nothing: the attempt step sees it and releases the rows.
+        let never = AtomicUsize::new(0);
+        let bounds = self.bounds(Step::Claim, ids.len(), Some(self.lease_end));
+        let bounds = Bounds {
+            until: bounds.until.min(Instant::now() + HELD_READ_RETRY),
+            retry: transient,
+            interrupts: &never,
+            ..bounds
+        };
         let held = match retrying(bounds, || store.held(ids, &self.token)).await {
             Settled::Done(rows) => Ok(rows),
             Settled::Failed(e) => Err(cause_text(&e)),

@@ -231,6 +231,9 @@ pub trait Store: Reads {
     async fn hold_run_lock(&self, _token: &str) -> Option<i64> {
         None
     }
+    /// Opens the session of the run locks ahead of the first attempt, so that its setup
+    /// overlaps other work (the claim).
+    async fn open_run_lock(&self) {}
     /// Gives up a lock of [`Store::hold_run_lock`] once its rows are settled.
     async fn free_run_lock(&self, _key: i64) {}
     /// Of these uncertain rows whose lease still runs, those whose attempting run is

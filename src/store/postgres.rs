@@ -548,14 +548,19 @@ impl Store for PgStore {
         self.pool.close().await;
     }
 
-    async fn hold_run_lock(&self, token: &str) -> Option<i64> {
-        let key = run_lock_key(token);
+    async fn open_run_lock(&self) {
         let mut session = self.run_lock.lock().await;
         if session.is_none() {
             let connect = PgConnection::connect_with(&self.options);
             let conn = tokio::time::timeout(self.connect_timeout, connect).await;
-            *session = Some(conn.ok()?.ok()?);
+            *session = conn.ok().and_then(|c| c.ok());
         }
+    }
+
+    async fn hold_run_lock(&self, token: &str) -> Option<i64> {
+        let key = run_lock_key(token);
+        self.open_run_lock().await;
+        let mut session = self.run_lock.lock().await;
         let conn = session.as_mut()?;
         let got = sqlx::query_scalar::<_, bool>("SELECT pg_try_advisory_lock($1)")
             .bind(key)
