@@ -177,6 +177,8 @@ const SHOW_JSON: &str = r#"{
   "body_text": "{\"event_id\": \"e-1\", \"amount\": 12.5, \"note\": \"café \\\"q\\\"\\n<RLO>\"}",
   "sha256": "b6b900c5ce6d96c01a4d8ab8c3300526d80ffcf7c6791fb0cfc0136d2fe6db22",
   "body_bytes": 63,
+  "settling_until": null,
+  "settling": null,
   "history": []
 }
 "#;
@@ -205,6 +207,8 @@ const SHOW_BIN_JSON: &str = r#"{
   "body_base64": "AAEC//6AQUIKGwABAv/+gEFCChsAAQL//oBBQgobAAEC//6AQUIKGwABAv/+gEFCChsAAQL//oBBQgobAAEC//6AQUIKGw==",
   "sha256": "eba94c659d9ccc94f46a586a384757f7cfe46d2eca910bc5046231b38312515c",
   "body_bytes": 70,
+  "settling_until": null,
+  "settling": null,
   "history": []
 }
 "#;

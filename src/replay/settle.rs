@@ -95,7 +95,8 @@ pub struct Bounds<'a> {
 
 /// Runs `op` until it succeeds, fails for good, `until` passes, or a signal arrives.
 /// The protocol writes are token-guarded and idempotent, so a retry after a lost reply
-/// is safe. At least one try; the first failure sends [`Notice::Retrying`].
+/// is safe. At least one try; the first failure sends [`Notice::Retrying`]; a signal
+/// that arrives after it (the retries, the pauses) ends the wait.
 pub async fn retrying<T, F, Fut>(b: Bounds<'_>, mut op: F) -> Settled<T>
 where
     F: FnMut() -> Fut,
@@ -106,9 +107,14 @@ where
     let mut pause = Duration::from_millis(50);
     let mut told = false;
     loop {
-        let tried = match until_signal(&interrupted, op()).await {
-            None => return Settled::Abandoned,
-            Some(r) => r,
+        // The first try is the settlement itself, which a Ctrl-C waits for; only the
+        // retries are the wait that a signal ends.
+        let tried = match told {
+            false => op().await,
+            true => match until_signal(&interrupted, op()).await {
+                None => return Settled::Abandoned,
+                Some(r) => r,
+            },
         };
         match tried {
             Ok(v) => return Settled::Done(v),
