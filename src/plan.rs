@@ -673,6 +673,35 @@ mod tests {
     }
 
     #[test]
+    fn worst_is_the_outcome_of_the_exit_code() {
+        use Outcome::*;
+        // Once broke: SIGINT after some replays gave `"worst": "interrupted"`, exit 3.
+        let mut s = summary(
+            Some(StopReason::Interrupted),
+            6,
+            &[(Replayed, 5), (Interrupted, 1)],
+        );
+        s.close();
+        assert_eq!(s.worst, Some(NotReplayed));
+        assert_eq!(s.exit_code(), 3);
+        assert_eq!(s.not_reached, 4);
+        assert_eq!(s.counts["not_replayed"], 4);
+        let mut s = summary(Some(StopReason::Interrupted), 2, &[(Interrupted, 2)]);
+        s.close();
+        assert_eq!((s.worst, s.exit_code()), (Some(Interrupted), 130));
+        let mut s = summary(None, 10, &[(Replayed, 10)]);
+        s.close();
+        assert_eq!((s.worst, s.exit_code()), (Some(Replayed), 0));
+        let mut s = summary(
+            Some(StopReason::Unavailable),
+            3,
+            &[(Replayed, 2), (Uncertain, 1)],
+        );
+        s.close();
+        assert_eq!((s.worst, s.exit_code()), (Some(Uncertain), 6));
+    }
+
+    #[test]
     fn exit_codes_of_a_run() {
         use Outcome::*;
         let int = Some(StopReason::Interrupted);

@@ -350,8 +350,8 @@ impl<'a> Batch<'a> {
                         }
                         _ => why,
                     };
-                    // A replay still in flight holds a live lease (another live claim: 3);
-                    // once its lease has ended an open attempt is uncertain (6).
+                    // An open attempt is uncertain (6) whatever its lease: a rerun right
+                    // after a crash tells the truth at once. Another live claim: 3.
                     let outcome = match row.state {
                         State::Uncertain => Outcome::Uncertain,
                         _ => Outcome::NotReplayed,
