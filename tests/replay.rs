@@ -204,8 +204,10 @@ fn sixteen_concurrent_replays_publish_exactly_once() {
             1,
             "{b:?}: {codes:?}"
         );
+        // A loser that looks while the winner's attempt is open is told `uncertain` (6):
+        // an open attempt is uncertain whatever its lease. Otherwise `not_replayed`.
         assert_eq!(
-            codes.iter().filter(|c| **c == 3).count(),
+            codes.iter().filter(|c| **c == 3 || **c == 6).count(),
             15,
             "{b:?}: {codes:?}"
         );

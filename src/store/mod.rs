@@ -467,9 +467,14 @@ pub(crate) fn unsettleable(now: &str, v1_token: &str, proof: Option<&str>) -> St
     format!("(NOT {} OR {v1_token}{proof})", lease_live(now))
 }
 
-/// The owner part a v1 claim's token was given by `dlq migrate` (`OPERATOR:v1-...`): a
-/// token nobody holds, of a tool older than this schema.
-pub const V1_TOKEN_MARK: &str = ":v1-";
+/// Whether a claim token is one `dlq migrate` gave a v1 claim (`OPERATOR:v1-HEX`): a
+/// token nobody holds, of a tool older than this schema. A token of this dlq ends in a
+/// UUID after its last `:`, which never starts with `v`.
+pub fn is_v1_token(token: &str) -> bool {
+    token
+        .rsplit_once(':')
+        .is_some_and(|(_, last)| last.starts_with("v1-"))
+}
 
 /// Transient database errors: worth retrying a protocol write that must not be lost.
 pub fn is_transient(e: &DlqError) -> bool {

@@ -326,7 +326,7 @@ pub(crate) fn summary<D: Dialect>(row: &D::Row) -> Decoded<Summary> {
         discard_note: t("discard_note")?,
         state: State::parse(&state)
             .ok_or_else(|| sqlx::Error::Decode(format!("unknown state {state:?}").into()))?,
-        v1_claim: owner.is_some_and(|o| o.contains(super::V1_TOKEN_MARK)),
+        v1_claim: owner.as_deref().is_some_and(super::is_v1_token),
     })
 }
 
