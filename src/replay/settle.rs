@@ -1,6 +1,7 @@
 //! Settling when the database does not answer: how long a protocol write (a mark, a
 //! release, the note of doubt, a claim on a busy SQLite file) is retried, what the
-//! operator is told at once, and how an interrupt during that wait ends it.
+//! operator is told at once, and how an interrupt during that wait ends it. The batch's
+//! release and note of doubt (steps 5 and 6) live here too, with their retry.
 //!
 //! Why bounded: a mark retried until the lease ends waited five minutes in silence
 //! while the operator could not tell what dlq was doing. `--settle-timeout` bounds the
@@ -11,6 +12,7 @@
 
 use super::Batch;
 use crate::error::DlqError;
+use crate::model::{NewHistory, Outcome};
 use crate::store::{is_transient, Store};
 use chrono::{DateTime, Utc};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -230,6 +232,85 @@ impl<'a> Batch<'a> {
         }
         for key in std::mem::take(&mut self.locks) {
             store.free_run_lock(key).await;
+        }
+    }
+
+    /// 5. Clear lease and attempt: nothing was published.
+    pub(super) async fn release(
+        &mut self,
+        store: &dyn Store,
+        ids: &[String],
+        token: &str,
+        outcome: Outcome,
+        why: &str,
+    ) {
+        if ids.is_empty() {
+            return;
+        }
+        let entries: Vec<NewHistory> = ids
+            .iter()
+            .map(|id| self.entry(id, "release", outcome, why, token))
+            .collect();
+        let released = match &self.gave_up {
+            Some(why) => Err(why.clone()),
+            None => {
+                let bounds = self.bounds(Step::Release, ids.len(), Some(self.lease_end));
+                let r = retrying(bounds, || store.release(ids, token, Some(why), &entries)).await;
+                self.settled(r)
+            }
+        };
+        for id in ids {
+            let note = match &released {
+                Ok(r) if r.contains(id) => String::new(),
+                Ok(_) => {
+                    // Nothing held it any more (the lease had lapsed): still recorded.
+                    let e = self.entry(id, "replay", outcome, why, token);
+                    self.history.push(e);
+                    String::new()
+                }
+                Err(e) => format!(
+                    "; the release could not be written ({e}): if it shows uncertain, nothing was published: `dlq resolve {id} --not-delivered`"
+                ),
+            };
+            self.report(id, outcome, format!("{why}{note}"));
+        }
+    }
+
+    /// 6. Keep the attempt, end the lease (unless the message may still be on its way
+    ///    out of this process), say what is unknown.
+    pub(super) async fn uncertain(
+        &mut self,
+        store: &dyn Store,
+        ids: &[String],
+        token: &str,
+        why: &str,
+        end_lease: bool,
+    ) {
+        let entries: Vec<NewHistory> = ids
+            .iter()
+            .map(|id| {
+                let mut e = self.entry(id, "replay", Outcome::Uncertain, why, token);
+                e.target = self.reports.get(id).and_then(|r| r.target.clone());
+                e
+            })
+            .collect();
+        let noted = match &self.gave_up {
+            Some(why) => Err(why.clone()),
+            None => {
+                let bounds = self.bounds(Step::Uncertain, ids.len(), None);
+                let r = retrying(bounds, || {
+                    store.settle_uncertain(ids, token, why, end_lease, &entries)
+                })
+                .await;
+                self.settled(r)
+            }
+        };
+        if let Err(e) = noted {
+            tracing::debug!("could not record why the outcome is unknown: {e}");
+            self.not_recorded += ids.len();
+        }
+        for id in ids {
+            self.report(id, Outcome::Uncertain, why.to_string());
         }
     }
 }
