@@ -8,6 +8,7 @@
 pub mod capture;
 pub mod error;
 pub mod exit;
+pub mod headers;
 pub mod import;
 pub mod model;
 pub mod plan;
