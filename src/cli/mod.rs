@@ -285,6 +285,7 @@ impl Ctx {
                 "invalid database URL {url}: {why}"
             )));
         }
+        store::check_url(&url)?;
         if self.global.require_tls {
             require_tls_database(&url)?;
         }
