@@ -20,6 +20,7 @@ use crate::publisher::{
     PublisherOptions, Target,
 };
 use crate::secret::{scrub, SecretUrl};
+use crate::topology::BrokerTopology;
 use crate::store::{CaptureOutcome, CapturedLetter, NewDeadLetter, Store};
 use base64::Engine;
 use chrono::{DateTime, Utc};
@@ -74,6 +75,8 @@ pub struct CaptureOptions {
     pub connect: ConnectOptions,
     /// Bounds a publish to the parking queue, and every other wait on the broker.
     pub confirm_timeout: Duration,
+    /// What the operator says of the broker (the parking publish's nack wording).
+    pub topology: BrokerTopology,
     /// How long a batch that is not full waits for more messages before it is committed.
     pub linger: Duration,
     /// Longest wait between two reconnection attempts (`--follow`).
@@ -93,6 +96,7 @@ impl CaptureOptions {
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             connect,
             confirm_timeout: Duration::from_secs(10),
+            topology: BrokerTopology::Unknown,
             linger: Duration::from_millis(50),
             max_backoff: Duration::from_secs(15),
         }
@@ -1146,6 +1150,7 @@ async fn connect_parker(opts: &CaptureOptions) -> std::result::Result<Publisher,
                 confirm_timeout: opts.confirm_timeout,
                 connection_name: format!("{} (parking)", opts.connect.connection_name),
                 tls: opts.connect.tls.clone(),
+                topology: opts.topology.for_nodes(opts.urls.len()),
             },
         )
         .await

@@ -18,6 +18,7 @@ pub mod sanitize;
 pub mod secret;
 pub mod store;
 pub mod timeparse;
+pub mod topology;
 
 pub use error::{DlqError, Result};
 pub use model::Outcome;

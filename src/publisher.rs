@@ -3,15 +3,17 @@
 //!
 //! Results are classified for the protocol, conservatively: [`PublishResult::Failed`]
 //! only where the broker certainly does not have the message (could not connect, the
-//! connection was blocked before sending, a nack, or an ack that came with the message
+//! connection was blocked before sending, a nack from the one queue of the default
+//! exchange on a broker known to be one node, or an ack that came with the message
 //! returned as unroutable); [`PublishResult::Uncertain`] wherever the message may have
 //! reached a queue (lost connection or timeout after the publish was handed to the
-//! socket). lapin can hang when the server closes the connection and when a vhost is
+//! socket, any other nack). lapin can hang when the server closes the connection and when a vhost is
 //! missing, hence a timeout around every await.
 
 use crate::error::{DlqError, Result};
 pub use crate::headers::{replay_headers, to_field_table};
 use crate::secret::{scrub, SecretUrl};
+use crate::topology::BrokerTopology;
 use futures_util::FutureExt;
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
 use lapin::tcp::{OwnedIdentity, OwnedTLSConfig};
@@ -50,6 +52,8 @@ pub struct PublisherOptions {
     /// Shown in the broker's management UI.
     pub connection_name: String,
     pub tls: TlsFiles,
+    /// Whether a nack on the default exchange is certain (see [`BrokerTopology`]).
+    pub topology: BrokerTopology,
 }
 
 /// The result of one publish, as the protocol needs it.
@@ -118,10 +122,6 @@ pub struct Publisher {
     poisoned: AtomicBool,
     /// Set once a publish did not complete (see [`PublishResult::Stalled`]).
     stalled: AtomicBool,
-    /// One of several nodes of a cluster: a queue may live on another node, and RabbitMQ
-    /// nacks what it had routed to a queue whose node went down, even if that queue kept
-    /// the message, so no nack is a certain failure here.
-    in_cluster: bool,
 }
 
 /// TLS material for `amqps://`, read when connecting.
@@ -296,7 +296,13 @@ pub async fn unless_stopped<T>(
 }
 
 impl Broker {
-    pub fn new(urls: Vec<SecretUrl>, opts: PublisherOptions, pacer: Option<Arc<Pacer>>) -> Self {
+    /// Several `urls` are the nodes of one cluster, whatever `opts` says.
+    pub fn new(
+        urls: Vec<SecretUrl>,
+        mut opts: PublisherOptions,
+        pacer: Option<Arc<Pacer>>,
+    ) -> Self {
+        opts.topology = opts.topology.for_nodes(urls.len());
         Broker {
             urls: Arc::new(urls),
             node: 0,
@@ -379,8 +385,7 @@ impl Broker {
         self.connecting = None;
         let joined = joined.unwrap_or_else(|e| Err(ConnectError::Task(e)));
         self.unreachable = joined.is_err();
-        let (node, mut p) = joined.map_err(NoConnection::Failed)?;
-        p.in_cluster = self.urls.len() > 1;
+        let (node, p) = joined.map_err(NoConnection::Failed)?;
         match lost {
             Some(was) if self.urls.len() > 1 => {
                 self.switches += 1;
@@ -658,7 +663,6 @@ impl Publisher {
             host,
             poisoned: Default::default(),
             stalled: Default::default(),
-            in_cluster: false,
         })
     }
 
@@ -839,12 +843,7 @@ impl Publisher {
                 "the broker returned {unmatched} message(s) without an x-dead-letter-id header on this channel, so returns cannot be matched to rows: this one may or may not have been routed"
             )),
             Confirmation::Ack(_) => PublishResult::Confirmed,
-            Confirmation::Nack(_) if target.exchange.is_empty() && !self.in_cluster => PublishResult::Failed(
-                "the broker refused it (nack) on the default exchange, whose route has one queue (e.g. a full queue with reject-publish)".into(),
-            ),
-            Confirmation::Nack(_) if target.exchange.is_empty() => PublishResult::Uncertain(
-                "the broker refused it (nack) in a cluster: a queue whose node went down is nacked even when it kept the message".into(),
-            ),
+            Confirmation::Nack(_) if target.exchange.is_empty() => default_exchange_nack(self.opts.topology),
             Confirmation::Nack(_) => PublishResult::Uncertain(format!(
                 "the broker refused it (nack) through exchange {}: one bound queue refused it while others may hold it",
                 target.exchange
@@ -876,6 +875,22 @@ impl Publisher {
 
     pub async fn close(self) {
         let _ = timeout(Duration::from_secs(2), self.conn.close(200, "bye".into())).await;
+    }
+}
+
+/// A nack on the default exchange (a route of exactly one queue): certain only on a
+/// broker known to be one node.
+fn default_exchange_nack(topology: BrokerTopology) -> PublishResult {
+    match topology {
+        BrokerTopology::Single => PublishResult::Failed(
+            "the broker refused it (nack) on the default exchange, whose route has one queue, on a broker known to be one node (e.g. a full queue with reject-publish)".into(),
+        ),
+        BrokerTopology::Cluster => PublishResult::Uncertain(
+            "the broker refused it (nack) in a cluster: a queue whose node or leader went away is nacked even when a replica kept the message".into(),
+        ),
+        BrokerTopology::Unknown => PublishResult::Uncertain(
+            "the broker refused it (nack) on the default exchange, and dlq does not know that the broker is one node: a cluster, also one behind a single address, nacks what a replica may still hold. If this broker is one node, say so (--broker-topology single, DLQ_BROKER_TOPOLOGY=single or broker_topology = \"single\" in the profile) and such a nack is publish_failed".into(),
+        ),
     }
 }
 
