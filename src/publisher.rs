@@ -15,7 +15,7 @@ pub use crate::headers::{replay_headers, to_field_table};
 use crate::secret::{scrub, SecretUrl};
 use crate::topology::BrokerTopology;
 use futures_util::FutureExt;
-use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
+use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, QueueDeclareOptions};
 use lapin::tcp::{OwnedIdentity, OwnedTLSConfig};
 use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::uri::AMQPUri;
@@ -876,6 +876,44 @@ impl Publisher {
     pub async fn close(self) {
         let _ = timeout(Duration::from_secs(2), self.conn.close(200, "bye".into())).await;
     }
+
+    /// Whether the queue `name` exists in this connection's vhost: a passive declare on a
+    /// channel of its own, since the broker closes the channel that asks for a missing
+    /// queue (reply code 404). `Err`: the broker did not say.
+    pub async fn queue_exists(&self, name: &str) -> std::result::Result<bool, String> {
+        let wait = self.opts.confirm_timeout;
+        let q = ShortString::try_new(name.to_string())
+            .map_err(|_| "a queue name is at most 255 bytes".to_string())?;
+        let channel = match timeout(wait, self.conn.create_channel()).await {
+            Ok(Ok(c)) => c,
+            Ok(Err(e)) => return Err(scrub(&e.to_string())),
+            Err(_) => return Err(format!("no channel from {} within {wait:?}", self.host)),
+        };
+        let passive = QueueDeclareOptions {
+            passive: true,
+            ..QueueDeclareOptions::default()
+        };
+        let declared = timeout(
+            wait,
+            channel.queue_declare(q, passive, FieldTable::default()),
+        )
+        .await;
+        match declared {
+            Ok(Ok(_)) => {
+                let _ = timeout(wait, channel.close(200, "bye".into())).await;
+                Ok(true)
+            }
+            Ok(Err(e)) if is_not_found(&e) => Ok(false),
+            Ok(Err(e)) => Err(scrub(&e.to_string())),
+            Err(_) => Err(format!("no answer from {} within {wait:?}", self.host)),
+        }
+    }
+}
+
+/// Whether the broker answered 404 NOT_FOUND (a missing queue or exchange), by its reply
+/// code, not its text.
+pub fn is_not_found(e: &lapin::Error) -> bool {
+    matches!(e.kind(), lapin::ErrorKind::ProtocolError(p) if p.get_id() == 404)
 }
 
 /// A nack on the default exchange (a route of exactly one queue): certain only on a
