@@ -14,13 +14,13 @@
 //!   never acked in a loop nor dropped: it is published to the parking queue (confirmed)
 //!   and then acked, or the capture stops with an error and the message stays queued.
 
+mod park;
+
 use crate::error::{DlqError, Result};
-use crate::publisher::{
-    open_first_connection, ConnectError, ConnectOptions, OutgoingMessage, PublishResult, Publisher,
-    PublisherOptions, Target,
-};
+use crate::publisher::{is_not_found, open_first_connection, ConnectOptions, Publisher};
 use crate::secret::{scrub, SecretUrl};
 use crate::store::{CaptureOutcome, CapturedLetter, NewDeadLetter, Store};
+use crate::topology::BrokerTopology;
 use base64::Engine;
 use chrono::{DateTime, Utc};
 use futures_util::StreamExt;
@@ -28,7 +28,7 @@ use lapin::options::{
     BasicAckOptions, BasicCancelOptions, BasicConsumeOptions, BasicNackOptions, BasicQosOptions,
     QueueDeclareOptions,
 };
-use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
+use lapin::types::{AMQPValue, FieldTable, ShortString};
 use lapin::{BasicProperties, Channel, Connection};
 use serde::Serialize;
 use serde_json::{Map, Value};
@@ -74,6 +74,8 @@ pub struct CaptureOptions {
     pub connect: ConnectOptions,
     /// Bounds a publish to the parking queue, and every other wait on the broker.
     pub confirm_timeout: Duration,
+    /// What the operator says of the broker (the parking publish's nack wording).
+    pub topology: BrokerTopology,
     /// How long a batch that is not full waits for more messages before it is committed.
     pub linger: Duration,
     /// Longest wait between two reconnection attempts (`--follow`).
@@ -93,6 +95,7 @@ impl CaptureOptions {
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             connect,
             confirm_timeout: Duration::from_secs(10),
+            topology: BrokerTopology::Unknown,
             linger: Duration::from_millis(50),
             max_backoff: Duration::from_secs(15),
         }
@@ -523,7 +526,11 @@ pub async fn capture(
         stopped: None,
         seconds: 0.0,
     };
-    let mut parker: Option<Publisher> = None;
+    // A parking queue that does not exist is said before any message is taken.
+    let mut parker: Option<Publisher> = match &opts.park_queue {
+        Some(park) => Some(park::connect(opts, park).await?),
+        None => None,
+    };
     let mut backoff = Duration::from_millis(250);
     let mut first = true;
     let result = loop {
@@ -635,7 +642,7 @@ async fn open_session(
         Ok(Err(e)) => {
             let text = broker_text(&e);
             let _ = timeout(wait, conn.close(200, "bye".into())).await;
-            if text.contains("NOT_FOUND") || text.contains("no queue") {
+            if is_not_found(&e) {
                 return Err(DlqError::other(format!(
                     "there is no queue {:?} on {host} (in this vhost)",
                     opts.queue
@@ -1006,7 +1013,7 @@ async fn settle(
         match &opts.park_queue {
             Some(park) => {
                 for (i, why) in &refused {
-                    park_one(opts, park, &batch[*i], why, parker).await?;
+                    park::park_one(opts, park, &batch[*i], why, parker).await?;
                     summary.parked += 1;
                     on_event(Event::Parked { why });
                 }
@@ -1076,85 +1083,6 @@ fn describe(h: &Held) -> String {
         Some(m) => format!(" (message_id {:?})", m.as_str()),
         None => String::new(),
     }
-}
-
-/// Publishes one message to the parking queue, waiting for the broker's confirm.
-async fn park_one(
-    opts: &CaptureOptions,
-    park: &str,
-    h: &Held,
-    why: &str,
-    parker: &mut Option<Publisher>,
-) -> Result<()> {
-    let fail = |e: String| {
-        DlqError::other(format!(
-            "a message from {} cannot be stored ({why}) and could not be parked in {park}: {e}; it is back in the queue, nothing was dropped",
-            opts.queue
-        ))
-    };
-    if parker.as_ref().is_some_and(|p| !p.is_usable()) {
-        if let Some(p) = parker.take() {
-            p.close().await;
-        }
-    }
-    if parker.is_none() {
-        let publisher = connect_parker(opts)
-            .await
-            .map_err(|e| fail(e.to_string()))?;
-        *parker = Some(publisher);
-    }
-    let publisher = parker.as_ref().expect("set above");
-    let mut headers = h.properties.headers().clone().unwrap_or_default();
-    headers.insert(
-        PARK_ERROR_HEADER.into(),
-        AMQPValue::LongString(LongString::from(why.to_string())),
-    );
-    let msg = OutgoingMessage {
-        body: &h.body,
-        headers,
-        message_id: h
-            .properties
-            .message_id()
-            .as_ref()
-            .map(|m| m.as_str().to_string()),
-    };
-    let target = Target {
-        exchange: String::new(),
-        routing_key: park.to_string(),
-    };
-    let sent = publisher.send("parked", &target, &msg).await;
-    let settled = publisher
-        .settle(vec![sent], &std::sync::atomic::AtomicBool::new(false))
-        .await;
-    match settled.into_iter().next().map(|(_, r)| r) {
-        Some(PublishResult::Confirmed) => Ok(()),
-        Some(
-            PublishResult::Failed(e) | PublishResult::Uncertain(e) | PublishResult::Stalled(e),
-        ) => Err(fail(e)),
-        None => Err(fail("no publish result".into())),
-    }
-}
-
-async fn connect_parker(opts: &CaptureOptions) -> std::result::Result<Publisher, ConnectError> {
-    // The parking connection goes to the same node list as the consumer.
-    let mut last = ConnectError::Setup(DlqError::usage("no AMQP URL given"));
-    for url in &opts.urls {
-        match Publisher::connect(
-            url,
-            PublisherOptions {
-                connect_timeout: opts.connect.connect_timeout,
-                confirm_timeout: opts.confirm_timeout,
-                connection_name: format!("{} (parking)", opts.connect.connection_name),
-                tls: opts.connect.tls.clone(),
-            },
-        )
-        .await
-        {
-            Ok(p) => return Ok(p),
-            Err(e) => last = e,
-        }
-    }
-    Err(last)
 }
 
 #[cfg(test)]

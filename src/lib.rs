@@ -8,6 +8,7 @@
 pub mod capture;
 pub mod error;
 pub mod exit;
+pub mod headers;
 pub mod import;
 pub mod model;
 pub mod plan;
@@ -17,6 +18,7 @@ pub mod sanitize;
 pub mod secret;
 pub mod store;
 pub mod timeparse;
+pub mod topology;
 
 pub use error::{DlqError, Result};
 pub use model::Outcome;

@@ -3,18 +3,21 @@
 //!
 //! Results are classified for the protocol, conservatively: [`PublishResult::Failed`]
 //! only where the broker certainly does not have the message (could not connect, the
-//! connection was blocked before sending, a nack, or an ack that came with the message
+//! connection was blocked before sending, a nack from the one queue of the default
+//! exchange on a broker known to be one node, or an ack that came with the message
 //! returned as unroutable); [`PublishResult::Uncertain`] wherever the message may have
 //! reached a queue (lost connection or timeout after the publish was handed to the
-//! socket). lapin can hang when the server closes the connection and when a vhost is
+//! socket, any other nack). lapin can hang when the server closes the connection and when a vhost is
 //! missing, hence a timeout around every await.
 
 use crate::error::{DlqError, Result};
+pub use crate::headers::{replay_headers, to_field_table};
 use crate::secret::{scrub, SecretUrl};
+use crate::topology::BrokerTopology;
 use futures_util::FutureExt;
-use lapin::options::{BasicPublishOptions, ConfirmSelectOptions};
+use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, QueueDeclareOptions};
 use lapin::tcp::{OwnedIdentity, OwnedTLSConfig};
-use lapin::types::{AMQPValue, FieldArray, FieldTable, LongString, ShortString};
+use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
 use lapin::uri::AMQPUri;
 use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, DefaultConnectionBuilder};
 use lapin::{Confirmation, PublisherConfirm};
@@ -49,6 +52,8 @@ pub struct PublisherOptions {
     /// Shown in the broker's management UI.
     pub connection_name: String,
     pub tls: TlsFiles,
+    /// Whether a nack on the default exchange is certain (see [`BrokerTopology`]).
+    pub topology: BrokerTopology,
 }
 
 /// The result of one publish, as the protocol needs it.
@@ -117,10 +122,6 @@ pub struct Publisher {
     poisoned: AtomicBool,
     /// Set once a publish did not complete (see [`PublishResult::Stalled`]).
     stalled: AtomicBool,
-    /// One of several nodes of a cluster: a queue may live on another node, and RabbitMQ
-    /// nacks what it had routed to a queue whose node went down, even if that queue kept
-    /// the message, so no nack is a certain failure here.
-    in_cluster: bool,
 }
 
 /// TLS material for `amqps://`, read when connecting.
@@ -295,7 +296,13 @@ pub async fn unless_stopped<T>(
 }
 
 impl Broker {
-    pub fn new(urls: Vec<SecretUrl>, opts: PublisherOptions, pacer: Option<Arc<Pacer>>) -> Self {
+    /// Several `urls` are the nodes of one cluster, whatever `opts` says.
+    pub fn new(
+        urls: Vec<SecretUrl>,
+        mut opts: PublisherOptions,
+        pacer: Option<Arc<Pacer>>,
+    ) -> Self {
+        opts.topology = opts.topology.for_nodes(urls.len());
         Broker {
             urls: Arc::new(urls),
             node: 0,
@@ -378,8 +385,7 @@ impl Broker {
         self.connecting = None;
         let joined = joined.unwrap_or_else(|e| Err(ConnectError::Task(e)));
         self.unreachable = joined.is_err();
-        let (node, mut p) = joined.map_err(NoConnection::Failed)?;
-        p.in_cluster = self.urls.len() > 1;
+        let (node, p) = joined.map_err(NoConnection::Failed)?;
         match lost {
             Some(was) if self.urls.len() > 1 => {
                 self.switches += 1;
@@ -657,7 +663,6 @@ impl Publisher {
             host,
             poisoned: Default::default(),
             stalled: Default::default(),
-            in_cluster: false,
         })
     }
 
@@ -838,12 +843,7 @@ impl Publisher {
                 "the broker returned {unmatched} message(s) without an x-dead-letter-id header on this channel, so returns cannot be matched to rows: this one may or may not have been routed"
             )),
             Confirmation::Ack(_) => PublishResult::Confirmed,
-            Confirmation::Nack(_) if target.exchange.is_empty() && !self.in_cluster => PublishResult::Failed(
-                "the broker refused it (nack) on the default exchange, whose route has one queue (e.g. a full queue with reject-publish)".into(),
-            ),
-            Confirmation::Nack(_) if target.exchange.is_empty() => PublishResult::Uncertain(
-                "the broker refused it (nack) in a cluster: a queue whose node went down is nacked even when it kept the message".into(),
-            ),
+            Confirmation::Nack(_) if target.exchange.is_empty() => default_exchange_nack(self.opts.topology),
             Confirmation::Nack(_) => PublishResult::Uncertain(format!(
                 "the broker refused it (nack) through exchange {}: one bound queue refused it while others may hold it",
                 target.exchange
@@ -875,6 +875,60 @@ impl Publisher {
 
     pub async fn close(self) {
         let _ = timeout(Duration::from_secs(2), self.conn.close(200, "bye".into())).await;
+    }
+
+    /// Whether the queue `name` exists in this connection's vhost: a passive declare on a
+    /// channel of its own, since the broker closes the channel that asks for a missing
+    /// queue (reply code 404). `Err`: the broker did not say.
+    pub async fn queue_exists(&self, name: &str) -> std::result::Result<bool, String> {
+        let wait = self.opts.confirm_timeout;
+        let q = ShortString::try_new(name.to_string())
+            .map_err(|_| "a queue name is at most 255 bytes".to_string())?;
+        let channel = match timeout(wait, self.conn.create_channel()).await {
+            Ok(Ok(c)) => c,
+            Ok(Err(e)) => return Err(scrub(&e.to_string())),
+            Err(_) => return Err(format!("no channel from {} within {wait:?}", self.host)),
+        };
+        let passive = QueueDeclareOptions {
+            passive: true,
+            ..QueueDeclareOptions::default()
+        };
+        let declared = timeout(
+            wait,
+            channel.queue_declare(q, passive, FieldTable::default()),
+        )
+        .await;
+        match declared {
+            Ok(Ok(_)) => {
+                let _ = timeout(wait, channel.close(200, "bye".into())).await;
+                Ok(true)
+            }
+            Ok(Err(e)) if is_not_found(&e) => Ok(false),
+            Ok(Err(e)) => Err(scrub(&e.to_string())),
+            Err(_) => Err(format!("no answer from {} within {wait:?}", self.host)),
+        }
+    }
+}
+
+/// Whether the broker answered 404 NOT_FOUND (a missing queue or exchange), by its reply
+/// code, not its text.
+pub fn is_not_found(e: &lapin::Error) -> bool {
+    matches!(e.kind(), lapin::ErrorKind::ProtocolError(p) if p.get_id() == 404)
+}
+
+/// A nack on the default exchange (a route of exactly one queue): certain only on a
+/// broker known to be one node.
+fn default_exchange_nack(topology: BrokerTopology) -> PublishResult {
+    match topology {
+        BrokerTopology::Single => PublishResult::Failed(
+            "the broker refused it (nack) on the default exchange, whose route has one queue, on a broker known to be one node (e.g. a full queue with reject-publish)".into(),
+        ),
+        BrokerTopology::Cluster => PublishResult::Uncertain(
+            "the broker refused it (nack) in a cluster: a queue whose node or leader went away is nacked even when a replica kept the message".into(),
+        ),
+        BrokerTopology::Unknown => PublishResult::Uncertain(
+            "the broker refused it (nack) on the default exchange, and dlq does not know that the broker is one node: a cluster, also one behind a single address, nacks what a replica may still hold. If this broker is one node, say so (--broker-topology single, DLQ_BROKER_TOPOLOGY=single or broker_topology = \"single\" in the profile) and such a nack is publish_failed".into(),
+        ),
     }
 }
 
@@ -952,154 +1006,9 @@ fn describe_connect_error(e: &lapin::Error, host: &str) -> String {
     }
 }
 
-/// Headers the broker added while delivering and dead-lettering; not part of the event.
-fn is_delivery_bookkeeping(name: &str) -> bool {
-    name == "x-death"
-        || name == "x-delivery-count"
-        || name.starts_with("x-first-death-")
-        || name.starts_with("x-last-death-")
-}
-
-/// The headers of a replay: the originals minus the broker's bookkeeping, plus ours.
-pub fn replay_headers(
-    original: &serde_json::Map<String, serde_json::Value>,
-    id: &str,
-    reason: &str,
-    operator: &str,
-) -> serde_json::Map<String, serde_json::Value> {
-    let mut out: serde_json::Map<String, serde_json::Value> = original
-        .iter()
-        .filter(|(k, _)| !is_delivery_bookkeeping(k))
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    out.insert("x-replayed-from-dlq".into(), "true".into());
-    out.insert("x-dead-letter-reason".into(), reason.into());
-    out.insert(DEAD_LETTER_ID_HEADER.into(), id.into());
-    out.insert("x-replayed-by".into(), operator.into());
-    out
-}
-
-/// JSON headers to AMQP field values.
-pub fn to_field_table(headers: &serde_json::Map<String, serde_json::Value>) -> FieldTable {
-    let mut t = FieldTable::default();
-    for (k, v) in headers {
-        if let Ok(key) = ShortString::try_new(k.clone()) {
-            t.insert(key, to_amqp(v));
-        }
-    }
-    t
-}
-
-fn to_amqp(v: &serde_json::Value) -> AMQPValue {
-    use serde_json::Value;
-    match v {
-        Value::Null => AMQPValue::Void,
-        Value::Bool(b) => AMQPValue::Boolean(*b),
-        Value::Number(n) => number_to_amqp(n),
-        Value::String(s) => AMQPValue::LongString(LongString::from(s.clone())),
-        Value::Array(a) => {
-            let mut arr = FieldArray::default();
-            for x in a {
-                arr.push(to_amqp(x));
-            }
-            AMQPValue::FieldArray(arr)
-        }
-        Value::Object(m) => match (captured_bytes(m), m.get(crate::capture::TABLE_KEY)) {
-            (Some(bytes), _) => AMQPValue::LongString(LongString::from(bytes)),
-            (None, Some(Value::Object(inner))) if m.len() == 1 => {
-                AMQPValue::FieldTable(to_field_table(inner))
-            }
-            _ => AMQPValue::FieldTable(to_field_table(m)),
-        },
-    }
-}
-
-/// Header bytes that were not UTF-8 when `dlq capture` stored them, as
-/// `{"$bytes": "<base64>"}` (see [`crate::capture::amqp_to_json`]).
-fn captured_bytes(m: &serde_json::Map<String, serde_json::Value>) -> Option<Vec<u8>> {
-    use base64::Engine;
-    match (m.len(), m.get(crate::capture::BYTES_KEY)) {
-        (1, Some(serde_json::Value::String(b64))) => {
-            base64::engine::general_purpose::STANDARD.decode(b64).ok()
-        }
-        _ => None,
-    }
-}
-
-/// A header number as an AMQP field value, without changing it (docs/replay-protocol.md,
-/// "Header values"): a whole number within 64 bits as a signed 64-bit integer; another
-/// number that a double holds with the same significant digits as written as a double;
-/// anything else (a whole number beyond 64 bits, more digits than a double keeps) as a
-/// long string holding the number exactly as written.
-fn number_to_amqp(n: &serde_json::Number) -> AMQPValue {
-    let text = n.to_string();
-    if let Some(i) = n.as_i64() {
-        return AMQPValue::LongLongInt(i);
-    }
-    let whole = !text.contains(['.', 'e', 'E']);
-    match text.parse::<f64>() {
-        Ok(f)
-            if !whole && f.is_finite() && significant(&text) == significant(&format!("{f:e}")) =>
-        {
-            AMQPValue::Double(f)
-        }
-        _ => AMQPValue::LongString(LongString::from(text)),
-    }
-}
-
-/// A decimal number's sign, significant digits (no leading or trailing zeros) and the
-/// power of ten of its first digit: `1.10` and `1.1e0` give the same.
-fn significant(text: &str) -> (bool, String, i64) {
-    let (negative, rest) = match text.strip_prefix('-') {
-        Some(r) => (true, r),
-        None => (false, text.strip_prefix('+').unwrap_or(text)),
-    };
-    let (mantissa, exp) = match rest.split_once(['e', 'E']) {
-        Some((m, e)) => (m, e.parse::<i64>().unwrap_or(0)),
-        None => (rest, 0),
-    };
-    let (int, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
-    let all = format!("{int}{frac}");
-    let lead = all.len() - all.trim_start_matches('0').len();
-    let digits = all
-        .trim_start_matches('0')
-        .trim_end_matches('0')
-        .to_string();
-    if digits.is_empty() {
-        return (false, digits, 0);
-    }
-    (negative, digits, int.len() as i64 - lead as i64 + exp)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn header_numbers_go_out_without_changing() {
-        let v: serde_json::Value = serde_json::from_str(
-            r#"[42, -7, 123456789012345678901234567890, 1.10, 2.5e-3, 0.1, 1e400,
-                0.1000000000000000055511151231257827, 18446744073709551615, -0.0]"#,
-        )
-        .unwrap();
-        let out: Vec<AMQPValue> = v.as_array().unwrap().iter().map(to_amqp).collect();
-        let s = |x: &str| AMQPValue::LongString(LongString::from(x.to_string()));
-        assert_eq!(
-            out,
-            vec![
-                AMQPValue::LongLongInt(42),
-                AMQPValue::LongLongInt(-7),
-                s("123456789012345678901234567890"),
-                AMQPValue::Double(1.1),
-                AMQPValue::Double(0.0025),
-                AMQPValue::Double(0.1),
-                s("1e+400"),
-                s("0.1000000000000000055511151231257827"),
-                s("18446744073709551615"),
-                AMQPValue::Double(-0.0),
-            ]
-        );
-    }
 
     fn parse(s: &str) -> Result<AMQPUri> {
         parse_amqp_url(&SecretUrl::new(s))
@@ -1139,41 +1048,5 @@ mod tests {
         let d = parse("amqp://h/%2f").unwrap();
         assert_eq!(d.authority.userinfo.username, "guest");
         assert_eq!(parse("amqps://u:p@h").unwrap().authority.port, 5671);
-    }
-
-    #[test]
-    fn bookkeeping_headers_are_dropped_and_ours_added() {
-        let orig: serde_json::Map<_, _> = serde_json::from_str(
-            r#"{"x-death":[{}],"x-first-death-queue":"q","x-last-death-reason":"r",
-                "x-delivery-count":3,"x-event-id":"e1","tenant":"acme"}"#,
-        )
-        .unwrap();
-        let h = replay_headers(&orig, "id1", "retries_exhausted", "alice");
-        let keys: Vec<&str> = h.keys().map(String::as_str).collect();
-        assert!(!keys
-            .iter()
-            .any(|k| k.contains("death") || *k == "x-delivery-count"));
-        assert_eq!(h["tenant"], "acme");
-        assert_eq!(h["x-event-id"], "e1");
-        assert_eq!(h["x-replayed-from-dlq"], "true");
-        assert_eq!(h["x-dead-letter-id"], "id1");
-        assert_eq!(h["x-replayed-by"], "alice");
-        assert_eq!(h["x-dead-letter-reason"], "retries_exhausted");
-    }
-
-    #[test]
-    fn captured_non_utf8_header_bytes_go_back_as_bytes() {
-        let h: serde_json::Map<_, _> =
-            serde_json::from_str(r#"{"raw":{"$bytes":"/wBB"},"t":{"$bytes":"x","other":1}}"#)
-                .unwrap();
-        let t = to_field_table(&h);
-        match t.inner().get("raw") {
-            Some(AMQPValue::LongString(s)) => assert_eq!(s.as_bytes(), &[0xff, 0x00, 0x41]),
-            other => panic!("{other:?}"),
-        }
-        assert!(
-            matches!(t.inner().get("t"), Some(AMQPValue::FieldTable(_))),
-            "only a one-key object is bytes"
-        );
     }
 }

@@ -647,6 +647,16 @@ fn a_message_that_cannot_be_stored_stops_the_capture_or_is_parked() {
         assert_eq!(rows(&db), 2);
         assert_eq!(dlx.rabbit.count(&dlx.dlq), 1, "the big one is still queued");
 
+        // A parking queue that does not exist is named (it was a replay's "returned ...
+        // without an x-dead-letter-id header"), before any message is taken.
+        let nosuch = unique("dlq_cap_nosuch_park");
+        let r = capture(&db, &["--queue", &dlx.dlq, "--park-queue", &nosuch]);
+        assert_eq!(r.code, 1, "{}", r.all());
+        let want = format!("the park queue {nosuch} does not exist");
+        assert!(r.stderr.contains(&want), "{}", r.stderr);
+        assert!(!r.stderr.contains("x-dead-letter-id"), "{}", r.stderr);
+        assert_eq!(dlx.rabbit.count(&dlx.dlq), 1, "still queued");
+
         // With one: over the limit, or refused by the database, both are moved aside.
         dlx.publish(b"refuse me", BasicProperties::default());
         dlx.refuse(1, false);

@@ -85,6 +85,27 @@ fn configuration_errors_exit_1_and_say_what_is_wrong() {
     );
     assert_eq!(r.code, 2, "{}", r.all());
     assert!(!r.stderr.contains("SECRETPW"), "{}", r.stderr);
+    // A bad URL parameter likewise: 1 from the profile (it exited 2), 2 typed.
+    let bad = "postgres://postgres:SECRETPW@127.0.0.1:5432/postgres?sslmode=bogus";
+    write_config(
+        xdg.path(),
+        &format!("[profiles.staging]\ndatabase_url = \"{bad}\"\n"),
+    );
+    let mut c = db.cmd();
+    c.env_remove("DLQ_DATABASE_URL")
+        .env("XDG_CONFIG_HOME", xdg.path());
+    let r = Run::from(c.args(["--profile", "staging", "list"]).output().unwrap());
+    assert_eq!(r.code, 1, "{}", r.all());
+    assert!(
+        r.stderr.contains("profile staging")
+            && r.stderr.contains("sslmode")
+            && !r.stderr.contains("SECRETPW"),
+        "{}",
+        r.stderr
+    );
+    let r = db.dlq_env(&["list"], &[("DLQ_DATABASE_URL", bad)]);
+    assert_eq!(r.code, 2, "{}", r.all());
+    assert!(!r.stderr.contains("SECRETPW"), "{}", r.stderr);
 }
 
 /// A profile's `lease` is checked by the commands that take a lease: a bad one does

@@ -213,6 +213,7 @@ fn a_plan_listing_an_id_twice_is_refused_and_replay_publishes_an_id_once() {
             confirm_timeout: Duration::from_secs(5),
             connection_name: "test".into(),
             tls: Default::default(),
+            topology: Default::default(),
         };
         let amqp = dlq::secret::SecretUrl::new("amqp://guest:guest@127.0.0.1:5672/%2f");
         let mut broker = dlq::publisher::Broker::new(vec![amqp], opts, None);

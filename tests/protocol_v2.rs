@@ -325,13 +325,13 @@ fn a_nack_through_a_named_exchange_is_uncertain_and_never_replayed_again() {
 }
 
 #[test]
-fn a_nack_on_the_default_exchange_is_a_certain_failure() {
+fn a_nack_on_the_default_exchange_of_one_node_is_a_certain_failure() {
     let mut rabbit = Rabbit::new();
     let args = refusing_queue_args();
     let q = rabbit.queue_with("dlq_v2_full", args);
     let db = TestDb::migrated(Backend::Sqlite);
     db.add(letter("n1", &q, BODY));
-    let r = db.dlq(&["replay", "n1", "--yes"]);
+    let r = db.dlq(&["--broker-topology", "single", "replay", "n1", "--yes"]);
     assert_eq!(r.code, 5, "{}", r.all());
     let s = db.show("n1");
     assert_eq!(s["state"], "pending");

@@ -355,7 +355,11 @@ fn nack_from_a_full_queue_is_publish_failed() {
     let q = rabbit.queue_with("dlq_full", args);
     let db = TestDb::migrated(Backend::Postgres);
     db.add(letter("d1", &q, BODY));
-    let r = db.dlq(&["replay", "d1", "--yes"]);
+    // One node, said so: without it a nack is uncertain (tests/cluster.rs).
+    let r = db.dlq_env(
+        &["replay", "d1", "--yes"],
+        &[("DLQ_BROKER_TOPOLOGY", "single")],
+    );
     assert_eq!(r.code, 5, "{}", r.all());
     assert!(r.json()["detail"].as_str().unwrap().contains("nack"));
     assert_eq!(db.show("d1")["state"], "pending");
@@ -783,4 +787,37 @@ fn database_back_before_the_lease_ends_gets_the_mark() {
     assert!(r.stderr.contains("retrying"), "{}", r.stderr);
     assert_eq!(db.show("d1")["state"], "replayed");
     assert_eq!(rabbit.drain(&q).len(), 1);
+}
+
+/// A `replay --token T` whose hand-taken lease is too short to outlive the confirm wait
+/// publishes nothing and leaves the claim with its holder (it once released it).
+#[test]
+fn a_token_replay_refused_for_its_short_lease_leaves_the_claim_held() {
+    let mut rabbit = Rabbit::new();
+    let q = rabbit.queue("dlq_token_short");
+    for b in BACKENDS {
+        let db = TestDb::migrated(b);
+        db.add(letter("s1", &q, BODY));
+        let c = db.dlq(&["claim", "s1", "--lease", "8s"]);
+        assert_eq!(c.code, 0, "{}", c.all());
+        let token = c.json()["token"].as_str().unwrap().to_string();
+        let r = db.dlq(&["replay", "s1", "--token", &token, "--yes"]);
+        assert_eq!(r.code, 3, "{b:?}: {}", r.all());
+        let j = r.json();
+        assert_eq!(j["outcome"], "not_replayed");
+        assert!(
+            j["detail"].as_str().unwrap().contains("stays held"),
+            "{b:?}: {j}"
+        );
+        assert!(!r.all().contains(&token), "the token is not printed");
+        let s = db.show("s1");
+        assert_eq!(s["state"], "claimed", "{b:?}: still held: {s}");
+        assert_eq!(s["replay_claim_owner"], "tester");
+        assert!(s["replay_attempt_at"].is_null());
+        assert_eq!(rabbit.count(&q), 0, "nothing published");
+        // The holder can still give it back.
+        let r = db.dlq(&["release", "s1", "--token", &token]);
+        assert_eq!(r.code, 0, "{b:?}: {}", r.all());
+        assert_eq!(db.show("s1")["state"], "pending");
+    }
 }

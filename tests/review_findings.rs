@@ -205,6 +205,7 @@ fn review_lost_mark_reply_reports_a_replayed_row_as_uncertain() {
                 confirm_timeout: Duration::from_secs(5),
                 connection_name: "review".into(),
                 tls: Default::default(),
+                topology: Default::default(),
             },
             None,
         );

@@ -411,3 +411,26 @@ fn the_matcher_itself() {
         "at <TIME> by <TOKEN> (<N>s left)"
     );
 }
+
+/// The README's "Rust X or newer" is Cargo.toml's rust-version (it once said 1.88 for 1.89).
+#[test]
+fn the_readme_names_the_minimum_rust_of_cargo_toml() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let cargo = std::fs::read_to_string(format!("{root}/Cargo.toml")).unwrap();
+    let readme = std::fs::read_to_string(format!("{root}/README.md")).unwrap();
+    let wanted = Regex::new(r#"(?m)^rust-version = "([0-9.]+)""#)
+        .unwrap()
+        .captures(&cargo)
+        .expect("Cargo.toml has a rust-version")[1]
+        .to_string();
+    let said: Vec<String> = Regex::new(r"Rust ([0-9]+\.[0-9]+(?:\.[0-9]+)?) or newer")
+        .unwrap()
+        .captures_iter(&readme)
+        .map(|c| c[1].to_string())
+        .collect();
+    assert!(!said.is_empty(), "the README says which Rust it needs");
+    assert!(
+        said.iter().all(|v| *v == wanted),
+        "README says {said:?}, Cargo.toml {wanted}"
+    );
+}

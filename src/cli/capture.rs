@@ -130,6 +130,7 @@ pub async fn run(ctx: &Ctx, args: CaptureArgs) -> Result<u8> {
     opts.follow = args.follow;
     opts.batch = args.batch as usize;
     opts.park_queue = args.park_queue.clone();
+    opts.topology = ctx.broker_topology(&opts.urls)?;
     opts.max_body_bytes = args.max_body_bytes;
     let store: std::sync::Arc<dyn dlq::store::Store> = ctx.store_for_run(1).await?.into();
     store.check_schema().await?;

@@ -55,6 +55,7 @@ pub async fn run(ctx: &Ctx, args: DiscardArgs) -> Result<u8> {
         done: Outcome::Discarded,
         not_done: Outcome::NotDiscarded,
         detail: format!("set aside, never replayed until restored: {}", args.note),
+        detail_of: Default::default(),
         refused: "not discarded: only a pending dead letter can be; ",
         plan_id: sel.plan_id.clone(),
     };

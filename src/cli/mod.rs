@@ -2,6 +2,7 @@
 //! only module that writes to stdout.
 
 mod aggregate;
+mod broker;
 mod capture;
 mod claim;
 mod completions;
@@ -26,6 +27,7 @@ mod restore;
 mod show;
 
 use anyhow::Context as _;
+use clap::builder::TypedValueParser as _;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use dlq::error::DlqError;
 
@@ -34,6 +36,7 @@ use dlq::error::DlqError;
 pub type Result<T, E = anyhow::Error> = std::result::Result<T, E>;
 use dlq::secret::{scrub, SecretUrl};
 use dlq::store::{self, Store, StoreOptions};
+use dlq::topology::BrokerTopology;
 use std::io::IsTerminal;
 use std::time::Duration;
 
@@ -111,6 +114,17 @@ pub struct GlobalOpts {
         requires = "amqp_client_cert"
     )]
     pub amqp_client_key: Option<std::path::PathBuf>,
+    /// What the broker is: `single` (one node: a nack from a full queue is publish_failed)
+    /// or `cluster` (also one behind a single address) [default: not known, so a nack is
+    /// uncertain; several --amqp-url are a cluster]
+    #[arg(
+        long,
+        global = true,
+        env = "DLQ_BROKER_TOPOLOGY",
+        value_parser = clap::builder::PossibleValuesParser::new(BrokerTopology::NAMES)
+            .map(|s| BrokerTopology::parse(&s).unwrap_or_default())
+    )]
+    pub broker_topology: Option<BrokerTopology>,
     /// Refuse plaintext connections: amqps:// only, PostgreSQL with sslmode=require, verify-ca or verify-full
     #[arg(long, global = true, env = "DLQ_REQUIRE_TLS", action = clap::ArgAction::SetTrue, value_parser = clap::builder::BoolishValueParser::new())]
     pub require_tls: bool,
@@ -288,53 +302,11 @@ impl Ctx {
                 "invalid database URL {url}: {why}"
             )));
         }
+        store::check_url(&url)?;
         if self.global.require_tls {
             require_tls_database(&url)?;
         }
         Ok(url)
-    }
-
-    pub fn tls_files(&self) -> dlq::publisher::TlsFiles {
-        dlq::publisher::TlsFiles {
-            ca_file: self.global.amqp_ca_file.clone(),
-            client_cert: self.global.amqp_client_cert.clone(),
-            client_key: self.global.amqp_client_key.clone(),
-        }
-    }
-
-    /// The broker's node URLs, in the order to try them: one for a single broker,
-    /// several for the nodes of one cluster.
-    pub fn amqp_urls(&self) -> dlq::error::Result<Vec<SecretUrl>> {
-        self.amqp_urls_as_given()
-            .map_err(|e| Self::bad_value(&self.profile.amqp_url, e))
-    }
-
-    fn amqp_urls_as_given(&self) -> dlq::error::Result<Vec<SecretUrl>> {
-        let raw: Vec<String> = match &self.global.amqp_url_file {
-            Some(p) => read_url_file(p, "AMQP URL")?
-                .split([',', '\n'])
-                .map(|u| u.trim().to_string())
-                .collect(),
-            None => self.global.amqp_url.clone(),
-        };
-        let urls: Vec<SecretUrl> = raw
-            .into_iter()
-            .map(|u| u.trim().to_string())
-            .filter(|u| !u.is_empty())
-            .map(SecretUrl::new)
-            .collect();
-        if urls.is_empty() {
-            return Err(DlqError::usage("no AMQP URL given"));
-        }
-        for url in &urls {
-            dlq::publisher::validate_amqp_url(url)?;
-            if self.global.require_tls && url.scheme() != "amqps" {
-                return Err(DlqError::usage(format!(
-                    "--require-tls: the AMQP URL {url} is not amqps://"
-                )));
-            }
-        }
-        Ok(urls)
     }
 
     pub fn store_options(&self) -> StoreOptions {

@@ -29,6 +29,8 @@ pub struct Profile {
     operator: Option<String>,
     /// Default `--lease` for claim and replay.
     lease: Option<String>,
+    /// `single` or `cluster` (`--broker-topology`), checked by the commands that publish.
+    broker_topology: Option<String>,
     /// Ask for the profile's name before any replay (unless `--yes`).
     #[serde(default)]
     production: bool,
@@ -58,6 +60,9 @@ pub struct Applied {
     pub database_url: Option<String>,
     /// The same for the AMQP URL(s).
     pub amqp_url: Option<String>,
+    /// The profile's `broker_topology` as written, and where it came from, when no flag
+    /// or variable gave one.
+    pub broker_topology: Option<(String, String)>,
 }
 
 /// Applies the selected profile to the parsed command line. A value is checked by the
@@ -122,6 +127,9 @@ pub fn apply(cli: &mut Cli, matches: &ArgMatches) -> Result<Applied> {
             g.amqp_url = u.split(',').map(|s| s.trim().to_string()).collect();
             applied.amqp_url = Some(origin.clone());
         }
+    }
+    if !explicit(matches, "broker_topology") {
+        applied.broker_topology = profile.broker_topology.map(|t| (t, origin.clone()));
     }
     if !explicit(matches, "operator") {
         if let Some(op) = profile.operator {

@@ -163,6 +163,7 @@ pub async fn run(ctx: &Ctx, args: ReplayArgs) -> Result<u8> {
         confirm_timeout: args.confirm_timeout,
         connection_name: format!("dlq replay by {operator}"),
         tls: ctx.tls_files(),
+        topology: ctx.broker_topology(&amqp)?,
     };
     match (&args.id, &args.plan) {
         (Some(id), _) => single(ctx, &args, id, opts, amqp, publisher_opts).await,

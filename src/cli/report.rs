@@ -150,9 +150,18 @@ pub struct Change {
     pub not_done: Outcome,
     /// The report and history detail of a row changed.
     pub detail: String,
+    /// Rows whose change ends elsewhere than `detail` says, with what to say instead.
+    pub detail_of: std::collections::HashMap<String, String>,
     /// What a row not changed reports, before why it is unavailable.
     pub refused: &'static str,
     pub plan_id: Option<String>,
+}
+
+impl Change {
+    /// The report and history detail of `id`, once changed.
+    fn detail_for(&self, id: &str) -> String {
+        self.detail_of.get(id).unwrap_or(&self.detail).to_string()
+    }
 }
 
 /// The flow `discard` and `restore` share: nothing to do, ask on a terminal (or take
@@ -220,7 +229,7 @@ where
         let entries: Vec<NewHistory> = chunk
             .iter()
             .map(|id| {
-                let mut h = StepReport::new(id, change.done, change.detail.clone()).history(
+                let mut h = StepReport::new(id, change.done, change.detail_for(id)).history(
                     operator,
                     change.action,
                     None,
@@ -234,7 +243,7 @@ where
         changed_total += changed.len();
         for id in chunk {
             let report = if changed.contains(id) {
-                StepReport::new(id, change.done, change.detail.clone())
+                StepReport::new(id, change.done, change.detail_for(id))
             } else {
                 let r = match store.summaries(std::slice::from_ref(id)).await?.first() {
                     None => StepReport::new(

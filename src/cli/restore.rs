@@ -8,6 +8,8 @@ use super::Result;
 use clap::Args;
 use dlq::error::DlqError;
 use dlq::model::{Outcome, State};
+use dlq::store::Store;
+use std::collections::HashMap;
 use std::path::PathBuf;
 
 #[derive(Debug, Args)]
@@ -47,6 +49,13 @@ pub async fn run(ctx: &Ctx, args: RestoreArgs) -> Result<u8> {
         "restored",
     )
     .await?;
+    let detail_of = open_attempts(store.as_ref(), &sel.ids, &args.note).await?;
+    if !detail_of.is_empty() && !sel.single {
+        eprintln!(
+            "{} of these had a publish attempted before the discard, never settled: restored, they are uncertain, not pending (check the consumers, then `dlq resolve`)",
+            detail_of.len()
+        );
+    }
     let change = Change {
         action: "restore",
         from: State::Discarded,
@@ -54,6 +63,7 @@ pub async fn run(ctx: &Ctx, args: RestoreArgs) -> Result<u8> {
         done: Outcome::Restored,
         not_done: Outcome::NotRestored,
         detail: format!("pending again: {}", args.note),
+        detail_of,
         refused: "not restored: only a discarded dead letter can be; ",
         plan_id: sel.plan_id.clone(),
     };
@@ -71,4 +81,27 @@ pub async fn run(ctx: &Ctx, args: RestoreArgs) -> Result<u8> {
     .await?;
     store.close().await;
     Ok(code)
+}
+
+/// What a restore says of the rows with an open publish attempt (a row imported so, or
+/// discarded by an older `dlq`): restored, they are `uncertain`, not `pending`. A
+/// discarded row's attempt does not change meanwhile: nothing claims a discarded row.
+async fn open_attempts(
+    store: &dyn Store,
+    ids: &[String],
+    note: &str,
+) -> dlq::error::Result<HashMap<String, String>> {
+    let mut out = HashMap::new();
+    for chunk in ids.chunks(1000) {
+        for row in store.summaries(chunk).await? {
+            if row.replay_attempt_at.is_some() && row.replayed_at.is_none() {
+                let detail = format!(
+                    "uncertain, not pending: a publish attempted before the discard was never settled and may have been delivered; check the consumers, then `dlq resolve {} --delivered|--not-delivered`: {note}",
+                    row.id
+                );
+                out.insert(row.id, detail);
+            }
+        }
+    }
+    Ok(out)
 }

@@ -247,6 +247,17 @@ impl<'a> Batch<'a> {
         if ids.is_empty() {
             return;
         }
+        if self.opts.token.as_deref() == Some(token) {
+            // A claim taken by hand (`dlq claim`) stays with its holder: this run did not
+            // take it, and nothing was attempted with it.
+            let why = format!("{why}; the claim given with --token stays held until its lease ends (`dlq release` gives it back)");
+            for id in ids {
+                let e = self.entry(id, "replay", outcome, &why, token);
+                self.history.push(e);
+                self.report(id, outcome, why.clone());
+            }
+            return;
+        }
         let entries: Vec<NewHistory> = ids
             .iter()
             .map(|id| self.entry(id, "release", outcome, why, token))

@@ -329,6 +329,21 @@ pub(crate) fn check_prune_filter(filter: &Filter) -> Result<DateTime<Utc>> {
         .ok_or_else(|| DlqError::usage("prune needs a time before which rows were settled"))
 }
 
+/// Reads the URL's connection parameters without connecting, as [`open`] will: a bad one
+/// (`sslmode=bogus`) is a usage error the caller can blame on where the URL came from.
+pub fn check_url(url: &SecretUrl) -> Result<()> {
+    use std::str::FromStr;
+    match url.scheme() {
+        "postgres" | "postgresql" => postgres::options(url).map(drop),
+        s if s.starts_with("sqlite") => sqlx::sqlite::SqliteConnectOptions::from_str(url.expose())
+            .map(drop)
+            .map_err(|e| DlqError::usage(format!("invalid SQLite URL {url}: {}", scrub(&e.to_string())))),
+        _ => Err(DlqError::usage(format!(
+            "unsupported database URL {url}: expected postgres://..., postgresql://... or sqlite://FILE"
+        ))),
+    }
+}
+
 /// Opens the store named by the URL's scheme: `postgres://`, `postgresql://` or `sqlite:`.
 pub async fn open(url: &SecretUrl, opts: &StoreOptions) -> Result<Box<dyn Store>> {
     match url.scheme() {

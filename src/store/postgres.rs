@@ -55,15 +55,19 @@ fn ms(d: Duration) -> String {
     format!("{}ms", d.as_millis().max(1))
 }
 
+/// The URL's connection options, or a usage error naming it (without its password).
+pub(crate) fn options(url: &SecretUrl) -> Result<PgConnectOptions> {
+    PgConnectOptions::from_str(url.expose()).map_err(|e| {
+        DlqError::usage(format!(
+            "invalid PostgreSQL URL {url}: {}",
+            crate::secret::scrub(&e.to_string())
+        ))
+    })
+}
+
 impl PgStore {
     pub async fn connect(url: &SecretUrl, opts: &StoreOptions) -> Result<Self> {
-        let options = PgConnectOptions::from_str(url.expose())
-            .map_err(|e| {
-                DlqError::usage(format!(
-                    "invalid PostgreSQL URL {url}: {}",
-                    crate::secret::scrub(&e.to_string())
-                ))
-            })?
+        let options = options(url)?
             .application_name("dlq")
             .options([
                 ("statement_timeout", ms(opts.statement_timeout)),

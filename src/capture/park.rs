@@ -1,0 +1,118 @@
+//! The parking queue (`--park-queue`): where a message that cannot be stored goes, with a
+//! header saying why, confirmed before the original is acked. The queue must exist: it is
+//! checked (a passive declare, by its reply code) when the parking connection opens, and
+//! again when a park fails, so the error names it instead of a bare return.
+
+use super::{CaptureOptions, Held, PARK_ERROR_HEADER};
+use crate::error::{DlqError, Result};
+use crate::publisher::{
+    ConnectError, OutgoingMessage, PublishResult, Publisher, PublisherOptions, Target,
+};
+use lapin::types::{AMQPValue, LongString};
+
+/// Opens the parking connection (to the first node that answers) and checks that the
+/// parking queue exists.
+pub(super) async fn connect(opts: &CaptureOptions, park: &str) -> Result<Publisher> {
+    let publisher = connect_first(opts)
+        .await
+        .map_err(|e| DlqError::other(format!("connecting for --park-queue {park}: {e}")))?;
+    if let Some(missing) = missing(&publisher, opts, park).await {
+        publisher.close().await;
+        return Err(missing);
+    }
+    Ok(publisher)
+}
+
+/// The error for a parking queue the broker says does not exist (`None` when it exists
+/// or the broker did not say).
+async fn missing(publisher: &Publisher, opts: &CaptureOptions, park: &str) -> Option<DlqError> {
+    match publisher.queue_exists(park).await {
+        Ok(false) => Some(DlqError::other(format!(
+            "the park queue {park} does not exist (in this vhost): declare it, or give another --park-queue; every message not yet acked is still in {}",
+            opts.queue
+        ))),
+        _ => None,
+    }
+}
+
+/// Publishes one message to the parking queue, waiting for the broker's confirm.
+pub(super) async fn park_one(
+    opts: &CaptureOptions,
+    park: &str,
+    h: &Held,
+    why: &str,
+    parker: &mut Option<Publisher>,
+) -> Result<()> {
+    let fail = |e: String| {
+        DlqError::other(format!(
+            "a message from {} cannot be stored ({why}) and could not be parked in {park}: {e}; it is back in the queue, nothing was dropped",
+            opts.queue
+        ))
+    };
+    if parker.as_ref().is_some_and(|p| !p.is_usable()) {
+        if let Some(p) = parker.take() {
+            p.close().await;
+        }
+    }
+    if parker.is_none() {
+        *parker = Some(connect(opts, park).await?);
+    }
+    let publisher = parker.as_ref().expect("set above");
+    let mut headers = h.properties.headers().clone().unwrap_or_default();
+    headers.insert(
+        PARK_ERROR_HEADER.into(),
+        AMQPValue::LongString(LongString::from(why.to_string())),
+    );
+    let msg = OutgoingMessage {
+        body: &h.body,
+        headers,
+        message_id: h
+            .properties
+            .message_id()
+            .as_ref()
+            .map(|m| m.as_str().to_string()),
+    };
+    let target = Target {
+        exchange: String::new(),
+        routing_key: park.to_string(),
+    };
+    let sent = publisher.send("parked", &target, &msg).await;
+    let settled = publisher
+        .settle(vec![sent], &std::sync::atomic::AtomicBool::new(false))
+        .await;
+    let e = match settled.into_iter().next().map(|(_, r)| r) {
+        Some(PublishResult::Confirmed) => return Ok(()),
+        Some(
+            PublishResult::Failed(e) | PublishResult::Uncertain(e) | PublishResult::Stalled(e),
+        ) => e,
+        None => "no publish result".into(),
+    };
+    // Deleted since the check: say that, not what the broker's return looked like.
+    match missing(publisher, opts, park).await {
+        Some(missing) => Err(missing),
+        None => Err(fail(e)),
+    }
+}
+
+async fn connect_first(opts: &CaptureOptions) -> std::result::Result<Publisher, ConnectError> {
+    // The parking connection goes to the same node list as the consumer.
+    let mut last = ConnectError::Setup(DlqError::usage("no AMQP URL given"));
+    for url in &opts.urls {
+        match Publisher::connect(
+            url,
+            PublisherOptions {
+                connect_timeout: opts.connect.connect_timeout,
+                confirm_timeout: opts.confirm_timeout,
+                connection_name: format!("{} (parking)", opts.connect.connection_name),
+                tls: opts.connect.tls.clone(),
+                topology: opts.topology.for_nodes(opts.urls.len()),
+            },
+        )
+        .await
+        {
+            Ok(p) => return Ok(p),
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
