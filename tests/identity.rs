@@ -295,7 +295,10 @@ fn sqlite_upgrade_from_generated_identity_columns_keeps_the_values() {
     assert_eq!(r.code, 0, "{}", r.all());
     assert_eq!(
         r.json()["applied"],
-        json!(["20261201000002 identity columns"])
+        json!([
+            "20261201000002 identity columns",
+            "20261202000300 times any storage class"
+        ])
     );
     assert_eq!(
         sqlite_hidden(&db).iter().map(|c| c.1).collect::<Vec<_>>(),

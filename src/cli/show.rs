@@ -1,6 +1,6 @@
 //! `dlq show ID`: everything about one dead letter.
 
-use super::output::{opt, render_body, time, Base64, MAX_SHOWN_BODY};
+use super::output::{opt, render_body, time, time_or, Base64, MAX_SHOWN_BODY, UNREADABLE};
 use super::report::{emit, StepReport};
 use super::Result;
 use super::{Ctx, Format};
@@ -69,7 +69,7 @@ fn fields(row: &DeadLetter) -> Vec<(&'static str, String)> {
     kv("state:", s.state.as_str().into());
     kv("reason:", s.reason.clone());
     kv("attempts:", s.attempts.to_string());
-    kv("dead-lettered at:", time(s.dead_lettered_at));
+    kv("dead-lettered at:", time_or(s.dead_lettered_at, UNREADABLE));
     kv("event id:", opt(&s.event_id));
     kv("producer:", opt(&s.producer));
     kv("schema version:", opt(&s.schema_version));
@@ -108,6 +108,12 @@ fn fields(row: &DeadLetter) -> Vec<(&'static str, String)> {
         _ => "-".into(),
     };
     kv("lease:", lease);
+    for (col, stored) in &s.unreadable {
+        kv(
+            "unreadable:",
+            format!("{col} holds {stored}, which is no time dlq can read"),
+        );
+    }
     if let Some(at) = s.replay_attempt_at {
         kv("attempt at:", time(at));
     }

@@ -2,7 +2,7 @@
 //!
 //! Each backend keeps all of its SQL in its own file. Rules that must hold on both:
 //! - every time comparison uses the database's clock (`now()` / the SQLite expression in
-//!   [`sqlite::NOW_MS`]), never the client's, so two operators on two laptops agree on
+//!   [`sqlite_time::NOW_US`]), never the client's, so two operators on two laptops agree on
 //!   whether a lease is live;
 //! - every write that moves a row through replay is one conditional UPDATE guarded by the
 //!   caller's claim token, so a stale token can neither mark nor release;
@@ -12,6 +12,9 @@ mod identity;
 pub mod postgres;
 pub mod read;
 pub mod sqlite;
+pub mod sqlite_open;
+pub mod sqlite_read;
+pub mod sqlite_time;
 
 pub use read::{Backend, Dialect, Reads};
 
@@ -50,6 +53,9 @@ pub struct NewDeadLetter {
     /// The row's history, oldest first, as exported (restored by `import`); `None`: the
     /// input carried none.
     pub history: Option<Vec<HistoryEntry>>,
+    /// Export only: the time columns whose stored value cannot be read (see
+    /// [`Summary::unreadable`]); an import refuses such a line.
+    pub unreadable: std::collections::BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, Default, serde::Serialize)]
@@ -256,10 +262,10 @@ pub trait Store: Reads {
     ) -> Result<(Option<String>, u64)>;
 }
 
-/// A history entry as both stores' export queries render it (JSON, times in ms).
+/// A history entry as both stores' export queries render it (JSON, times in µs).
 #[derive(serde::Deserialize)]
 struct RawHistory {
-    at: i64,
+    at: Option<i64>,
     operator: String,
     action: String,
     outcome: String,
@@ -280,7 +286,7 @@ pub(crate) fn parse_history_json(json: Option<&str>) -> Result<Vec<HistoryEntry>
     Ok(raw
         .into_iter()
         .map(|h| HistoryEntry {
-            at: DateTime::from_timestamp_millis(h.at).unwrap_or_default(),
+            at: h.at.and_then(sqlite_time::from_int).unwrap_or_default(),
             operator: h.operator,
             action: h.action,
             outcome: h.outcome,
@@ -402,28 +408,37 @@ pub(crate) fn is_row_error(e: &sqlx::Error, sqlite: bool) -> bool {
     }
 }
 
-/// The SQL condition of one state, `now` being the dialect's clock. The five are
-/// disjoint and cover every row; [`state_case`] is the same rule as one expression. A
-/// live lease is `claimed` whether or not its publish has started (a replay in
-/// progress); an attempt whose lease has ended, however it ended, is `uncertain`.
+/// The SQL condition of one state, `now` being the dialect's clock, over the stored
+/// columns (PostgreSQL's types; see [`state_predicate_at`]).
 pub(crate) fn state_predicate(state: State, now: &str) -> String {
+    state_predicate_at(state, now, "replay_claim_expires_at")
+}
+
+/// The SQL condition of one state: `now` is the dialect's clock and `lease_end` the
+/// lease end as SQL of the clock's type (SQLite normalises what a worker stored, see
+/// [`sqlite_time`]). Whether a time is set is always the stored column's nullness. The
+/// five are disjoint and cover every row; [`state_case`] is the same rule as one
+/// expression. A live lease is `claimed` whether or not its publish has started (a
+/// replay in progress); an attempt whose lease has ended, however it ended, is
+/// `uncertain`.
+pub(crate) fn state_predicate_at(state: State, now: &str, lease_end: &str) -> String {
     const OPEN: &str = "replayed_at IS NULL AND discarded_at IS NULL";
-    let lapsed = format!("(replay_claim_expires_at IS NULL OR replay_claim_expires_at <= {now})");
+    let lapsed = format!("({lease_end} IS NULL OR {lease_end} <= {now})");
     match state {
         State::Replayed => "replayed_at IS NOT NULL".into(),
         State::Discarded => "replayed_at IS NULL AND discarded_at IS NOT NULL".into(),
-        State::Claimed => format!("{OPEN} AND replay_claim_expires_at > {now}"),
+        State::Claimed => format!("{OPEN} AND {lease_end} > {now}"),
         State::Uncertain => format!("{OPEN} AND replay_attempt_at IS NOT NULL AND {lapsed}"),
         State::Pending => format!("{OPEN} AND replay_attempt_at IS NULL AND {lapsed}"),
     }
 }
 
-/// The state of a row as one SQL expression (see [`state_predicate`]).
-pub(crate) fn state_case(now: &str) -> String {
+/// The state of a row as one SQL expression (see [`state_predicate_at`]).
+pub(crate) fn state_case(now: &str, lease_end: &str) -> String {
     format!(
         "CASE WHEN replayed_at IS NOT NULL THEN 'replayed' \
               WHEN discarded_at IS NOT NULL THEN 'discarded' \
-              WHEN replay_claim_expires_at > {now} THEN 'claimed' \
+              WHEN {lease_end} > {now} THEN 'claimed' \
               WHEN replay_attempt_at IS NOT NULL THEN 'uncertain' ELSE 'pending' END"
     )
 }
