@@ -544,3 +544,27 @@ fn a_worker_keeps_inserting_while_an_import_runs_and_the_import_is_all_or_nothin
     assert_eq!(r.code, 0, "{}", r.all());
     assert_eq!(other.scalar("SELECT count(*) FROM dead_letters"), n);
 }
+
+// A BLOB id sorts after every text: prune's window ended on it and failed to decode it.
+#[test]
+fn prune_walks_past_blob_ids_and_keeps_unreadable_settled_times() {
+    let db = TestDb::migrated(Backend::Sqlite);
+    python_workers(&db, "orders");
+    let r = db.dlq(&[
+        "prune",
+        "--older-than",
+        "1s",
+        "--state",
+        "replayed,discarded",
+        "--yes",
+        "--batch-size",
+        "2",
+    ]);
+    assert_eq!(r.code, 0, "{}", r.all());
+    // py-replayed (text time) and py-discarded go; the unreadable replayed_at stays.
+    assert_eq!(r.json()["deleted"], 2, "{}", r.stdout);
+    let left = db.ids(&["--limit", "100"]);
+    assert_eq!(left.len(), 14, "{left:?}");
+    assert!(left.contains(&"py-replayed-garbage".to_string()));
+    assert!(left.contains(&"py-blob-id".to_string()));
+}

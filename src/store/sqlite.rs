@@ -482,9 +482,13 @@ impl Store for SqliteStore {
         // one short batch, and the whole run reads the table once.
         let started = std::time::Instant::now();
         let mut tx = self.begin_write().await?;
-        let mut qb = QueryBuilder::new("SELECT max(id) FROM (SELECT id FROM dead_letters");
+        // TEXT IDs only: a worker's BLOB ID sorts after every text, so a window could
+        // never end on it (such rows are kept).
+        let mut qb = QueryBuilder::new(
+            "SELECT max(id) FROM (SELECT id FROM dead_letters WHERE typeof(id) = 'text'",
+        );
         if let Some(a) = after {
-            qb.push(" WHERE id > ");
+            qb.push(" AND id > ");
             qb.push_bind(a.to_string());
         }
         qb.push(" ORDER BY id LIMIT ");
