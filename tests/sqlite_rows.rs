@@ -568,3 +568,85 @@ fn prune_walks_past_blob_ids_and_keeps_unreadable_settled_times() {
     assert!(left.contains(&"py-replayed-garbage".to_string()));
     assert!(left.contains(&"py-blob-id".to_string()));
 }
+
+/// Every storage class, in every time column: (SQL literal, what dlq shows).
+const FORMS: [(&str, Option<&str>); 11] = [
+    (
+        "'2026-11-28 22:10:00.500000'",
+        Some("2026-11-28T22:10:00.500Z"),
+    ),
+    (
+        "'2026-11-28 22:10:00.500000+00:00'",
+        Some("2026-11-28T22:10:00.500Z"),
+    ),
+    (
+        "'2026-11-28T23:10:00.5+01:00'",
+        Some("2026-11-28T22:10:00.500Z"),
+    ),
+    (
+        "'2026-11-28T22:10:00.000001Z'",
+        Some("2026-11-28T22:10:00.000001Z"),
+    ),
+    ("'2026-11-28 22:10'", Some("2026-11-28T22:10:00Z")),
+    ("1795903800.5", Some("2026-11-28T22:10:00.500Z")),
+    ("2461372.25", Some("2026-11-27T18:00:00Z")),
+    ("1795903800", Some("2026-11-28T22:10:00Z")),
+    ("1795903800500", Some("2026-11-28T22:10:00.500Z")),
+    ("1795903800500001", Some("2026-11-28T22:10:00.500001Z")),
+    ("X'0102'", None),
+];
+
+#[test]
+fn each_storage_class_of_each_time_column_is_read() {
+    let db = TestDb::migrated(Backend::Sqlite);
+    let columns = [
+        "dead_lettered_at",
+        "replayed_at",
+        "replay_claim_expires_at",
+        "replay_attempt_at",
+        "discarded_at",
+    ];
+    for (c, col) in columns.iter().enumerate() {
+        for (f, (literal, _)) in FORMS.iter().enumerate() {
+            db.sql(&[&format!(
+                "INSERT INTO dead_letters (id, body, reason, attempts, headers_json, \
+                 replay_claim_owner, {col}) VALUES ('t{c}-{f}', X'7b7d', 'r', 1, '{{}}', 'w', {literal})"
+            )]);
+            db.sql(&[&format!(
+                "INSERT INTO dead_letter_history (dead_letter_id, at, operator, action, outcome) \
+                 VALUES ('t{c}-{f}', {literal}, 'w', 'note', 'noted')"
+            )]);
+        }
+    }
+    let r = db.dlq(&["list", "--limit", "100"]);
+    assert_eq!(r.code, 0, "{}", r.all());
+    let rows = by_id(&r.json());
+    for (c, col) in columns.iter().enumerate() {
+        for (f, (literal, shown)) in FORMS.iter().enumerate() {
+            let row = &rows[&format!("t{c}-{f}")];
+            assert_eq!(row[*col].as_str(), *shown, "{col} = {literal}: {row}");
+            if shown.is_none() {
+                assert_eq!(row["unreadable"][*col], "X'0102'", "{row}");
+            }
+        }
+    }
+    // The states follow the times on the database clock: every lease above is past.
+    assert_eq!(rows["t1-0"]["state"], "replayed");
+    assert_eq!(
+        rows["t1-10"]["state"], "replayed",
+        "an unreadable replayed_at is set"
+    );
+    assert_eq!(rows["t2-3"]["state"], "pending");
+    assert_eq!(rows["t3-6"]["state"], "uncertain");
+    assert_eq!(rows["t4-10"]["state"], "discarded");
+    // History times, in `show` and in the export.
+    for (f, (literal, shown)) in FORMS.iter().enumerate() {
+        let id = format!("t1-{f}");
+        let at = db.show(&id)["history"][0]["at"].clone();
+        let want = shown.unwrap_or("1970-01-01T00:00:00Z");
+        assert_eq!(at.as_str(), Some(want), "history at = {literal}");
+    }
+    let r = db.dlq(&["export"]);
+    assert_eq!(r.code, 0, "{}", r.all());
+    assert_eq!(r.lines().len(), columns.len() * FORMS.len());
+}
