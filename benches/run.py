@@ -6,7 +6,7 @@ temporary SQLite file, uses uniquely named queues, and removes all of it afterwa
 
   python3 benches/run.py                 # everything, 1,000,000 rows
   python3 benches/run.py --rows 100000   # a quicker look
-  python3 benches/run.py --only replay   # one part: triage | flood | replay | plan | capture | bigbody
+  python3 benches/run.py --only replay   # one part: triage | flood | replay | plan | capture | bigbody | import_lock
                                          # (triage includes content filters, export, flood)
   python3 benches/run.py --only flood --baseline OLD_DLQ   # and an older binary, before/after
 
@@ -668,6 +668,71 @@ def bigbody(args, report):
             f"{statistics.median(position[(name, t)]) * 1000:.0f} ms" for t in ("body second", "body last")) + " |")
 
 
+def import_lock(args, report):
+    """A worker inserting while `dlq import` loads 50,000 rows into the SQLite file they
+    share: a Python sqlite3 writer (busy timeout 5 s, Python's default) inserts one row per
+    transaction every 10 ms for as long as the import runs; its worst and 99th-percentile
+    insert latency, and how many failed. With --baseline, the same with an older binary."""
+    import sqlite3
+    import threading
+
+    n, size = args.import_rows, args.import_body
+    binaries = [("dlq", DLQ)] + ([("before", args.baseline)] if args.baseline else [])
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        lines = os.path.join(tmp, "import.jsonl")
+        with open(lines, "w") as f:
+            for i in range(n):
+                body = json.dumps({"event_id": f"evt-{i}", "pad": "x" * size})
+                f.write(json.dumps({"id": f"imp-{i:06d}", "reason": "retries_exhausted", "attempts": 1,
+                                    "headers": {"x-producer": "bench"}, "source_queue": "q",
+                                    "body_text": body}) + "\n")
+        for label, exe in binaries:
+            path = os.path.join(tmp, f"{label}.db")
+            env = dlq_env(f"sqlite://{path}")
+            run([exe, "migrate"], env=env)
+            lat, failed, done = [], [0], threading.Event()
+
+            def worker():
+                db = sqlite3.connect(path, timeout=5)
+                i = 0
+                while not done.is_set():
+                    t = time.perf_counter()
+                    try:
+                        db.execute("INSERT INTO dead_letters (id, body, reason, attempts, headers_json) "
+                                   "VALUES (?, ?, 'poison_message', 1, '{}')", (f"w-{uuid.uuid4()}", b"{}"))
+                        db.commit()
+                        lat.append(time.perf_counter() - t)
+                    except sqlite3.OperationalError:
+                        failed[0] += 1
+                    i += 1
+                    time.sleep(0.01)
+                db.close()
+
+            th = threading.Thread(target=worker)
+            th.start()
+            time.sleep(0.5)
+            t = time.perf_counter()
+            r = run([exe, "-v", "import", lines], env=env)
+            took = time.perf_counter() - t
+            time.sleep(0.5)
+            done.set()
+            th.join()
+            held = re.search(r"moved in ([0-9.]+)(ms|s|µs)", r.stderr.decode())
+            held = f"{held.group(1)} {held.group(2)}" if held else "(not logged)"
+            lat.sort()
+            p99 = lat[int(len(lat) * 0.99) - 1] if lat else 0
+            rows.append(f"| {label} | {took:.1f} s | {held} | {len(lat)} | {failed[0]} "
+                        f"| {p99 * 1000:.0f} ms | {lat[-1] * 1000:.0f} ms |")
+    report.append("")
+    report.append(f"- import into SQLite beside a worker: {n:,} rows of about {size:,} bytes; the worker "
+                  "inserts one row per transaction every 10 ms (Python sqlite3, busy timeout 5 s):")
+    report.append("")
+    report.append("| binary | import took | write lock held (dlq -v) | worker inserts | failed | p99 | worst |")
+    report.append("|---|---|---|---|---|---|---|")
+    report.extend(rows)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rows", type=int, default=1_000_000)
@@ -681,13 +746,15 @@ def main():
     p.add_argument("--capture-rounds", type=int, default=3)
     p.add_argument("--export-runs", type=int, default=3)
     p.add_argument("--bigbody-runs", type=int, default=5)
-    p.add_argument("--only", choices=["triage", "flood", "replay", "plan", "capture", "bigbody"])
-    p.add_argument("--baseline", help="flood: an older dlq binary to compare with (before/after)")
+    p.add_argument("--import-rows", type=int, default=50_000)
+    p.add_argument("--import-body", type=int, default=2_000, help="import: bytes of padding per body")
+    p.add_argument("--only", choices=["triage", "flood", "replay", "plan", "capture", "bigbody", "import_lock"])
+    p.add_argument("--baseline", help="flood, import_lock: an older dlq binary to compare with (before/after)")
     args = p.parse_args()
     run(["cargo", "build", "--quiet", "--release", "--manifest-path", os.path.join(ROOT, "Cargo.toml"),
          "--bin", "dlq", "--example", "queue", "--example", "bare_publisher", "--example", "bare_consumer"])
     report = [f"Machine: {machine()}", f"Date: {time.strftime('%Y-%m-%d')}", ""]
-    for part in ("triage", "flood", "replay", "plan", "capture", "bigbody"):
+    for part in ("triage", "flood", "replay", "plan", "capture", "bigbody", "import_lock"):
         if args.only == part or (args.only is None and part != "flood"):
             globals()[part](args, report)
     print("\n".join(report))

@@ -21,6 +21,7 @@ use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess,
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use std::cell::RefCell;
+use std::collections::BTreeMap;
 use std::io::BufRead;
 use std::rc::Rc;
 
@@ -438,6 +439,20 @@ fn parse_object(line: usize, mut fields: Fields) -> Result<NewDeadLetter> {
             ));
         }
     }
+    if let Some((col, stored)) = obj
+        .get("unreadable")
+        .and_then(Value::as_object)
+        .and_then(|m| m.iter().next())
+    {
+        return Err(bad(
+            line,
+            "unreadable",
+            format!(
+                "the source database holds {stored} in {col}, which is no time: fix that row \
+                 there (dlq show names it) and export it again"
+            ),
+        ));
+    }
     let reason = opt_str(line, obj, "reason")?.ok_or_else(|| bad(line, "reason", "missing"))?;
     if reason.trim().is_empty() {
         return Err(bad(line, "reason", "empty"));
@@ -505,6 +520,7 @@ fn parse_object(line: usize, mut fields: Fields) -> Result<NewDeadLetter> {
         discarded_at: opt_time(line, obj, "discarded_at")?,
         discard_note: opt_str(line, obj, "discard_note")?,
         history: history_of(line, obj)?,
+        unreadable: BTreeMap::new(),
     })
 }
 
@@ -538,6 +554,10 @@ struct ExportLine<'a> {
     body_base64: String,
     sha256: String,
     history: &'a [HistoryEntry],
+    /// A time the source could not read (its column is null here): an import refuses the
+    /// line rather than lose what that time meant (a replay, a discard).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    unreadable: &'a BTreeMap<String, String>,
 }
 
 /// The export line of a row (no newline).
@@ -570,6 +590,7 @@ pub fn export_line(r: &NewDeadLetter) -> String {
         body_base64: base64::engine::general_purpose::STANDARD.encode(&r.body),
         sha256: sha256_hex(&r.body),
         history: r.history.as_deref().unwrap_or_default(),
+        unreadable: &r.unreadable,
     };
     serde_json::to_string(&line).unwrap_or_default()
 }

@@ -5,6 +5,7 @@ use crate::exit;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+use std::collections::BTreeMap;
 use std::fmt;
 
 /// Shown where the effective producer, schema version or source queue is unknown.
@@ -201,7 +202,8 @@ pub struct Summary {
     pub source_queue: Option<String>,
     pub exchange: Option<String>,
     pub routing_key: Option<String>,
-    pub dead_lettered_at: DateTime<Utc>,
+    /// None only when what a worker stored cannot be read (see `unreadable`).
+    pub dead_lettered_at: Option<DateTime<Utc>>,
     pub replay_attempt_at: Option<DateTime<Utc>>,
     pub discarded_at: Option<DateTime<Utc>>,
     pub discard_note: Option<String>,
@@ -210,6 +212,11 @@ pub struct Summary {
     /// replaced by one nobody holds): no run can still settle it.
     #[serde(skip, default)]
     pub v1_claim: bool,
+    /// The time columns whose stored value cannot be read (SQLite: a worker's text in
+    /// another format, a BLOB), each with what is stored; such a time counts as absent
+    /// in comparisons, while a set `replayed_at` still means replayed.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub unreadable: BTreeMap<String, String>,
 }
 
 /// Who may still settle an `uncertain` row (docs/replay-protocol.md, "Settling").
@@ -403,8 +410,9 @@ pub struct Group {
     pub uncertain: i64,
     pub replayed: i64,
     pub discarded: i64,
-    pub first_seen: DateTime<Utc>,
-    pub last_seen: DateTime<Utc>,
+    /// None: no time of the group could be read (a worker's unreadable value).
+    pub first_seen: Option<DateTime<Utc>>,
+    pub last_seen: Option<DateTime<Utc>>,
 }
 
 /// One line of a dead letter's history.

@@ -141,7 +141,7 @@ impl Harness {
     async fn advance(&self, min: u64) {
         let q = match self.backend {
             Backend::Postgres => "UPDATE dead_letters SET replay_claim_expires_at = replay_claim_expires_at - make_interval(mins => $1::int)",
-            Backend::Sqlite => "UPDATE dead_letters SET replay_claim_expires_at = replay_claim_expires_at - ?1 * 60000",
+            Backend::Sqlite => "UPDATE dead_letters SET replay_claim_expires_at = replay_claim_expires_at - ?1 * 60000000",
         };
         self.sql(q, min as i64).await;
     }
@@ -177,6 +177,7 @@ impl Harness {
             confirm_timeout: Duration::from_secs(5),
             connection_name: "model".into(),
             tls: Default::default(),
+            topology: Default::default(),
         };
         let mut broker =
             dlq::publisher::Broker::new(vec![SecretUrl::new(AMQP.to_string())], opts, None);

@@ -507,7 +507,7 @@ fn age(db: &TestDb, ids: &[&str], days: i64) {
         .join(",");
     let shift = match db.backend {
         Backend::Postgres => format!("- interval '{days} days'"),
-        Backend::Sqlite => format!("- {}", days * 86_400_000),
+        Backend::Sqlite => format!("- {}", days * 86_400_000_000),
     };
     db.sql(&[&format!(
         "UPDATE dead_letters SET replayed_at = replayed_at {shift}, discarded_at = discarded_at {shift}, \
@@ -518,7 +518,9 @@ fn age(db: &TestDb, ids: &[&str], days: i64) {
 fn now_sql(db: &TestDb) -> &'static str {
     match db.backend {
         Backend::Postgres => "now()",
-        Backend::Sqlite => "CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER)",
+        Backend::Sqlite => {
+            "(CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER) * 1000)"
+        }
     }
 }
 

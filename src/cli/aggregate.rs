@@ -1,7 +1,7 @@
 //! `dlq aggregate --by ...`: where the dead letters come from, largest group first.
 
 use super::filters::FilterArgs;
-use super::output::{thousands, time};
+use super::output::{thousands, time, time_or};
 use super::Result;
 use super::{Ctx, Format};
 use clap::Args;
@@ -65,8 +65,8 @@ pub async fn run(ctx: &Ctx, args: AggregateArgs) -> Result<u8> {
                     m.insert("uncertain".into(), g.uncertain.into());
                     m.insert("replayed".into(), g.replayed.into());
                     m.insert("discarded".into(), g.discarded.into());
-                    m.insert("first_seen".into(), time(g.first_seen).into());
-                    m.insert("last_seen".into(), time(g.last_seen).into());
+                    m.insert("first_seen".into(), g.first_seen.map(time).into());
+                    m.insert("last_seen".into(), g.last_seen.map(time).into());
                     Value::Object(m)
                 })
                 .collect();
@@ -96,7 +96,7 @@ pub async fn run(ctx: &Ctx, args: AggregateArgs) -> Result<u8> {
             if chart {
                 header.push(String::new());
                 shown.sort_by_key(|g| match g.keys.first() {
-                    Some((_, GroupKey::Time(t))) => *t,
+                    Some((_, GroupKey::Time(t))) => Some(*t),
                     _ => g.first_seen,
                 });
             }
@@ -111,8 +111,8 @@ pub async fn run(ctx: &Ctx, args: AggregateArgs) -> Result<u8> {
                         thousands(g.uncertain),
                         thousands(g.replayed),
                         thousands(g.discarded),
-                        time(g.first_seen),
-                        time(g.last_seen),
+                        time_or(g.first_seen, "-"),
+                        time_or(g.last_seen, "-"),
                     ]);
                     if chart {
                         r.push(bar(g.count, max));

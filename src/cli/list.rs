@@ -1,7 +1,7 @@
 //! `dlq list`: newest first, bodies never read.
 
 use super::filters::FilterArgs;
-use super::output::{opt, thousands, time, truncate};
+use super::output::{opt, thousands, time_or, truncate, UNREADABLE};
 use super::Result;
 use super::{Ctx, Format};
 use clap::Args;
@@ -102,7 +102,7 @@ async fn render(ctx: &Ctx, store: &dyn dlq::store::Store, args: &ListArgs) -> Re
                 .list_each(&filter, args.limit, &mut |r| {
                     table.push(vec![
                         r.id,
-                        time(r.dead_lettered_at),
+                        time_or(r.dead_lettered_at, UNREADABLE),
                         r.reason,
                         opt(&r.producer),
                         opt(&r.schema_version),

@@ -444,6 +444,15 @@ pub fn time(t: chrono::DateTime<chrono::Utc>) -> String {
     t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }
 
+/// How a time a worker stored in a form dlq cannot read is shown (`show` says what is
+/// stored).
+pub const UNREADABLE: &str = "(unreadable)";
+
+/// A time that may be absent or unreadable: `none` then.
+pub fn time_or(t: Option<chrono::DateTime<chrono::Utc>>, none: &str) -> String {
+    t.map(time).unwrap_or_else(|| none.to_string())
+}
+
 pub fn opt(v: &Option<String>) -> String {
     v.clone().unwrap_or_else(|| dlq::model::UNKNOWN.to_string())
 }

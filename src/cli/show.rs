@@ -1,6 +1,6 @@
 //! `dlq show ID`: everything about one dead letter.
 
-use super::output::{opt, render_body, time, Base64, MAX_SHOWN_BODY};
+use super::output::{opt, render_body, time, time_or, Base64, MAX_SHOWN_BODY, UNREADABLE};
 use super::report::{emit, StepReport};
 use super::Result;
 use super::{Ctx, Format};
@@ -93,7 +93,7 @@ fn fields(row: &DeadLetter, settling: Option<Settling>) -> Vec<(&'static str, St
     kv("state:", s.state.as_str().into());
     kv("reason:", s.reason.clone());
     kv("attempts:", s.attempts.to_string());
-    kv("dead-lettered at:", time(s.dead_lettered_at));
+    kv("dead-lettered at:", time_or(s.dead_lettered_at, UNREADABLE));
     kv("event id:", opt(&s.event_id));
     kv("producer:", opt(&s.producer));
     kv("schema version:", opt(&s.schema_version));
@@ -136,6 +136,12 @@ fn fields(row: &DeadLetter, settling: Option<Settling>) -> Vec<(&'static str, St
         _ => "-".into(),
     };
     kv("lease:", lease);
+    for (col, stored) in &s.unreadable {
+        kv(
+            "unreadable:",
+            format!("{col} holds {stored}, which is no time dlq can read"),
+        );
+    }
     match (s.replay_attempt_at, settling) {
         (Some(at), Some(Settling::V1Claim)) => kv(
             "attempt at:",

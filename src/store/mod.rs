@@ -2,7 +2,7 @@
 //!
 //! Each backend keeps all of its SQL in its own file. Rules that must hold on both:
 //! - every time comparison uses the database's clock (`now()` / the SQLite expression in
-//!   [`sqlite::NOW_MS`]), never the client's, so two operators on two laptops agree on
+//!   [`sqlite_time::NOW_US`]), never the client's, so two operators on two laptops agree on
 //!   whether a lease is live;
 //! - every write that moves a row through replay is one conditional UPDATE guarded by the
 //!   caller's claim token, so a stale token can neither mark nor release;
@@ -12,6 +12,10 @@ mod identity;
 pub mod postgres;
 pub mod read;
 pub mod sqlite;
+mod sqlite_import;
+pub mod sqlite_open;
+pub mod sqlite_read;
+pub mod sqlite_time;
 
 pub use read::{Backend, Dialect, Reads};
 
@@ -50,6 +54,9 @@ pub struct NewDeadLetter {
     /// The row's history, oldest first, as exported (restored by `import`); `None`: the
     /// input carried none.
     pub history: Option<Vec<HistoryEntry>>,
+    /// Export only: the time columns whose stored value cannot be read (see
+    /// [`Summary::unreadable`]); an import refuses such a line.
+    pub unreadable: std::collections::BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, Default, serde::Serialize)]
@@ -276,10 +283,10 @@ pub trait Store: Reads {
     ) -> Result<(Option<String>, u64)>;
 }
 
-/// A history entry as both stores' export queries render it (JSON, times in ms).
+/// A history entry as both stores' export queries render it (JSON, times in µs).
 #[derive(serde::Deserialize)]
 struct RawHistory {
-    at: i64,
+    at: Option<i64>,
     operator: String,
     action: String,
     outcome: String,
@@ -300,7 +307,7 @@ pub(crate) fn parse_history_json(json: Option<&str>) -> Result<Vec<HistoryEntry>
     Ok(raw
         .into_iter()
         .map(|h| HistoryEntry {
-            at: DateTime::from_timestamp_millis(h.at).unwrap_or_default(),
+            at: h.at.and_then(sqlite_time::from_int).unwrap_or_default(),
             operator: h.operator,
             action: h.action,
             outcome: h.outcome,
@@ -437,15 +444,23 @@ pub(crate) fn is_row_error(e: &sqlx::Error, sqlite: bool) -> bool {
     }
 }
 
-/// The SQL condition of one state, `now` being the dialect's clock. The five are
-/// disjoint and cover every row; [`state_case`] is the same rule as one expression. An
-/// open attempt is `uncertain` whatever its lease does (a replay in flight, or one that
-/// crashed: a rerun must never take it for "someone else holds it"); `claimed` is a live
-/// lease with no attempt. A lease nobody owns (a worker's expiry with no owner) holds
-/// nothing.
+/// The SQL condition of one state, `now` being the dialect's clock, over the stored
+/// columns (PostgreSQL's types; see [`state_predicate_at`]).
 pub(crate) fn state_predicate(state: State, now: &str) -> String {
+    state_predicate_at(state, now, "replay_claim_expires_at")
+}
+
+/// The SQL condition of one state: `now` is the dialect's clock and `lease_end` the
+/// lease end as SQL of the clock's type (SQLite normalises what a worker stored, see
+/// [`sqlite_time`]). Whether a time is set is always the stored column's nullness. The
+/// five are disjoint and cover every row; [`state_case`] is the same rule as one
+/// expression. An open attempt is `uncertain` whatever its lease does (a replay in
+/// flight, or one that crashed: a rerun must never take it for "someone else holds it");
+/// `claimed` is a live lease with no attempt. A lease nobody owns (a worker's expiry with
+/// no owner) holds nothing.
+pub(crate) fn state_predicate_at(state: State, now: &str, lease_end: &str) -> String {
     const OPEN: &str = "replayed_at IS NULL AND discarded_at IS NULL";
-    let live = lease_live(now);
+    let live = lease_live(now, lease_end);
     match state {
         State::Replayed => "replayed_at IS NOT NULL".into(),
         State::Discarded => "replayed_at IS NULL AND discarded_at IS NOT NULL".into(),
@@ -455,31 +470,35 @@ pub(crate) fn state_predicate(state: State, now: &str) -> String {
     }
 }
 
-/// A lease that holds the row: an owner and an end after `now`.
-pub(crate) fn lease_live(now: &str) -> String {
-    format!(
-        "(replay_claim_owner IS NOT NULL AND replay_claim_expires_at IS NOT NULL \
-         AND replay_claim_expires_at > {now})"
-    )
+/// A lease that holds the row: an owner and an end after `now` (`lease_end` as in
+/// [`state_predicate_at`]; an end that cannot be read holds nothing).
+pub(crate) fn lease_live(now: &str, lease_end: &str) -> String {
+    format!("(replay_claim_owner IS NOT NULL AND {lease_end} IS NOT NULL AND {lease_end} > {now})")
 }
 
-/// The state of a row as one SQL expression (see [`state_predicate`]).
-pub(crate) fn state_case(now: &str) -> String {
+/// The state of a row as one SQL expression (see [`state_predicate_at`]).
+pub(crate) fn state_case(now: &str, lease_end: &str) -> String {
     format!(
         "CASE WHEN replayed_at IS NOT NULL THEN 'replayed' \
               WHEN discarded_at IS NOT NULL THEN 'discarded' \
               WHEN replay_attempt_at IS NOT NULL THEN 'uncertain' \
               WHEN {} THEN 'claimed' ELSE 'pending' END",
-        lease_live(now)
+        lease_live(now, lease_end)
     )
 }
 
 /// An uncertain row that no run can still settle, so `resolve` may decide it: its lease
-/// has ended, or its claim was a v1 tool's (`v1_token`: the dialect's test of the token
-/// `dlq migrate` gave it), or `proof` (the dialect's run-lock test) says its run is gone.
-pub(crate) fn unsettleable(now: &str, v1_token: &str, proof: Option<&str>) -> String {
+/// has ended (`now`, `lease_end` as in [`state_predicate_at`]), or its claim was a v1
+/// tool's (`v1_token`: the dialect's test of the token `dlq migrate` gave it), or `proof`
+/// (the dialect's run-lock test) says its run is gone.
+pub(crate) fn unsettleable(
+    now: &str,
+    lease_end: &str,
+    v1_token: &str,
+    proof: Option<&str>,
+) -> String {
     let proof = proof.map(|p| format!(" OR {p}")).unwrap_or_default();
-    format!("(NOT {} OR {v1_token}{proof})", lease_live(now))
+    format!("(NOT {} OR {v1_token}{proof})", lease_live(now, lease_end))
 }
 
 /// Whether a claim token is one `dlq migrate` gave a v1 claim (`OPERATOR:v1-HEX`): a

@@ -1,7 +1,7 @@
 //! PostgreSQL: all of its SQL. Times are `timestamptz`; the clock is `now()`.
 
 use super::read::{
-    claimed_columns, claimed_row, import_history, push_where, Backend, Bind, Dialect, Doc,
+    claimed_columns, claimed_row, import_history, push_where, Backend, Bind, Dialect, Doc, TimeCol,
 };
 use super::{
     check_prune_filter, db_error, is_row_error, migration_error, newly_applied, state_predicate,
@@ -135,7 +135,7 @@ impl Dialect for Postgres {
     const NOW: &'static str = NOW;
     const ID_ORDER: &'static str = "id COLLATE \"C\"";
     const HISTORY_JSON: &'static str = "(SELECT json_agg(json_build_object(\
-         'at', floor(extract(epoch FROM h.at) * 1000)::bigint, 'operator', h.operator, \
+         'at', floor(extract(epoch FROM h.at) * 1000000)::bigint, 'operator', h.operator, \
          'action', h.action, 'outcome', h.outcome, 'detail', h.detail, 'token', h.token, \
          'token_ref', h.token_ref, 'target', h.target, 'plan_id', h.plan_id) ORDER BY h.seq)::text \
          FROM dead_letter_history h WHERE h.dead_letter_id = dead_letters.id)";
@@ -143,6 +143,13 @@ impl Dialect for Postgres {
     const SNAPSHOT: Option<&'static str> =
         Some("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY");
     const BODY_LEN: Option<&'static str> = Some("octet_length(body)");
+    const HISTORY_AT: &'static str = "at";
+    // timestamptz holds only times.
+    const UNREADABLE: &'static str = "NULL::text";
+
+    fn at(col: TimeCol) -> &'static str {
+        col.name()
+    }
 
     fn bind(qb: &mut QueryBuilder<'static, Self>, value: Bind) {
         match value {
@@ -525,7 +532,7 @@ impl Store for PgStore {
                  WHERE id = ANY($1) AND {} AND {} \
                  RETURNING id",
                 state_predicate(State::Uncertain, NOW),
-                unsettleable(NOW, V1_TOKEN, Some(RUN_GONE))
+                unsettleable(NOW, "replay_claim_expires_at", V1_TOKEN, Some(RUN_GONE))
             ),
             1,
         );
@@ -594,7 +601,7 @@ impl Store for PgStore {
     async fn runs_gone(&self, ids: &[String]) -> Result<Vec<String>> {
         let sql = format!(
             "SELECT id FROM dead_letters WHERE id = ANY($1) AND {} AND {RUN_GONE}",
-            super::lease_live(NOW)
+            super::lease_live(NOW, "replay_claim_expires_at")
         );
         sqlx::query_scalar(&sql)
             .bind(ids)

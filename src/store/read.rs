@@ -8,7 +8,7 @@
 //! inserts and the migrations stay in each backend's file: they differ for real reasons
 //! (one statement with a data-modifying `WITH` there, an IMMEDIATE transaction here).
 
-use super::{state_case, state_predicate, Claimed, NewDeadLetter, PlanCandidate};
+use super::{state_case, state_predicate_at, Claimed, NewDeadLetter, PlanCandidate};
 use crate::error::{DlqError, Result};
 use crate::model::{
     sha256_hex, token_operator, token_ref, ContentMatch, DeadLetter, Dimension, Filter, Group,
@@ -20,6 +20,11 @@ use futures_util::stream::BoxStream;
 use futures_util::TryStreamExt;
 use sqlx::query::Query;
 use sqlx::{Database, Pool, QueryBuilder};
+use std::collections::BTreeMap;
+
+mod rows;
+pub(crate) use rows::import_history;
+use rows::{exported, read_bodies};
 
 type Decoded<T> = std::result::Result<T, sqlx::Error>;
 
@@ -30,6 +35,36 @@ pub enum Bind {
     Int(i64),
     Bytes(Vec<u8>),
     Time(DateTime<Utc>),
+}
+
+/// A time column of `dead_letters`; [`Dialect::at`] spells it as SQL.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum TimeCol {
+    DeadLetteredAt,
+    ReplayedAt,
+    LeaseEnd,
+    AttemptAt,
+    DiscardedAt,
+}
+
+impl TimeCol {
+    pub const ALL: [TimeCol; 5] = [
+        TimeCol::DeadLetteredAt,
+        TimeCol::ReplayedAt,
+        TimeCol::LeaseEnd,
+        TimeCol::AttemptAt,
+        TimeCol::DiscardedAt,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            TimeCol::DeadLetteredAt => "dead_lettered_at",
+            TimeCol::ReplayedAt => "replayed_at",
+            TimeCol::LeaseEnd => "replay_claim_expires_at",
+            TimeCol::AttemptAt => "replay_attempt_at",
+            TimeCol::DiscardedAt => "discarded_at",
+        }
+    }
 }
 
 /// Where a content filter looks.
@@ -47,7 +82,7 @@ pub trait Dialect: Database {
     /// `ORDER BY` of the ID in the export: byte order on both.
     const ID_ORDER: &'static str;
     /// The export's correlated subquery: the row's history as a JSON array, oldest
-    /// first, times in milliseconds (read by `parse_history_json`).
+    /// first, times in microseconds (read by `parse_history_json`).
     const HISTORY_JSON: &'static str;
     /// Run before the export's one statement, in its transaction (none: no transaction).
     const UNBOUNDED: Option<&'static str>;
@@ -56,6 +91,16 @@ pub trait Dialect: Database {
     /// The body's length in bytes, as SQL, where a large body is best read in slices
     /// (see [`BODY_INLINE_MAX`]); `None`: always read whole.
     const BODY_LEN: Option<&'static str>;
+    /// The history's `at` as SQL of the clock's type.
+    const HISTORY_AT: &'static str;
+    /// A JSON object text of the time columns whose stored value cannot be read (column:
+    /// what is stored), or NULL: the store's types may not hold such a value.
+    const UNREADABLE: &'static str;
+
+    /// A time column as SQL of the clock's type, whatever a writer stored in it: every
+    /// read, filter, ordering and comparison of a time goes through it (and metrics
+    /// should). Whether a time is set is the column's own nullness.
+    fn at(col: TimeCol) -> &'static str;
 
     fn bind(qb: &mut QueryBuilder<'static, Self>, value: Bind);
     /// `id` is one of `ids`.
@@ -188,22 +233,23 @@ pub(crate) fn push_where<D: Dialect>(qb: &mut QueryBuilder<'static, D>, f: &Filt
             }
         }
     }
-    for (cond, t) in [
-        ("dead_lettered_at >=", f.since),
-        ("dead_lettered_at <", f.until),
-        ("COALESCE(replayed_at, discarded_at) <", f.settled_before),
+    let settled = format!(
+        "COALESCE({}, {})",
+        D::at(TimeCol::ReplayedAt),
+        D::at(TimeCol::DiscardedAt)
+    );
+    for (col, cmp, t) in [
+        (D::at(TimeCol::DeadLetteredAt), ">=", f.since),
+        (D::at(TimeCol::DeadLetteredAt), "<", f.until),
+        (settled.as_str(), "<", f.settled_before),
     ] {
         if let Some(t) = t {
-            qb.push(format!(" AND {cond} "));
+            qb.push(format!(" AND {col} {cmp} "));
             D::bind(qb, Bind::Time(t));
         }
     }
     if !f.states.is_empty() {
-        let any: Vec<String> = f
-            .states
-            .iter()
-            .map(|st| state_predicate(*st, D::NOW))
-            .collect();
+        let any: Vec<String> = f.states.iter().map(|st| state_of::<D>(*st)).collect();
         qb.push(format!(" AND (({}))", any.join(") OR (")));
     }
     if let Some(g) = &f.grep {
@@ -237,15 +283,31 @@ pub(crate) fn push_where<D: Dialect>(qb: &mut QueryBuilder<'static, D>, f: &Filt
     }
 }
 
+/// The condition of one state in the dialect (see [`state_predicate_at`]).
+pub(crate) fn state_of<D: Dialect>(state: State) -> String {
+    state_predicate_at(state, D::NOW, D::at(TimeCol::LeaseEnd))
+}
+
+/// The time columns, each as [`Dialect::at`] reads it under its own name, and what
+/// cannot be read of them (`unreadable`).
+fn time_columns<D: Dialect>() -> String {
+    let mut cols: Vec<String> = TimeCol::ALL
+        .iter()
+        .map(|c| format!("{} AS {}", D::at(*c), c.name()))
+        .collect();
+    cols.push(format!("{} AS unreadable", D::UNREADABLE));
+    cols.join(", ")
+}
+
 /// The SELECT list of a [`Summary`]. The claim owner is read whole; [`summary`] keeps
 /// only its operator part.
-pub(crate) fn summary_columns(now: &str) -> String {
+pub(crate) fn summary_columns<D: Dialect>() -> String {
     format!(
-        "id, reason, CAST(attempts AS BIGINT) AS attempts, replayed_at, replay_claim_owner, \
-         replay_claim_expires_at, last_replay_error, eff_event_id, error, eff_producer, \
-         eff_schema_version, source_queue, exchange, routing_key, dead_lettered_at, \
-         replay_attempt_at, discarded_at, discard_note, {} AS state",
-        state_case(now)
+        "id, reason, CAST(attempts AS BIGINT) AS attempts, replay_claim_owner, \
+         last_replay_error, eff_event_id, error, eff_producer, eff_schema_version, \
+         source_queue, exchange, routing_key, discard_note, {}, {} AS state",
+        time_columns::<D>(),
+        state_case(D::NOW, D::at(TimeCol::LeaseEnd))
     )
 }
 
@@ -274,7 +336,7 @@ fn row_columns<D: Dialect>(len: Option<&str>) -> String {
     };
     format!(
         "{}, headers_json, {body}, {} AS db_now",
-        summary_columns(D::NOW),
+        summary_columns::<D>(),
         D::NOW
     )
 }
@@ -301,6 +363,14 @@ fn time<D: Dialect>(row: &D::Row, col: &str) -> Decoded<DateTime<Utc>> {
     required(D::time(row, col)?, col)
 }
 
+/// The `unreadable` column of [`time_columns`]: column name to what is stored.
+fn unreadable<D: Dialect>(row: &D::Row) -> Decoded<BTreeMap<String, String>> {
+    let Some(json) = D::text(row, "unreadable", true)? else {
+        return Ok(BTreeMap::new());
+    };
+    serde_json::from_str(&json).map_err(|e| sqlx::Error::Decode(e.into()))
+}
+
 pub(crate) fn summary<D: Dialect>(row: &D::Row) -> Decoded<Summary> {
     let t = |col: &str| text::<D>(row, col);
     let state = required(t("state")?, "state")?;
@@ -320,10 +390,11 @@ pub(crate) fn summary<D: Dialect>(row: &D::Row) -> Decoded<Summary> {
         source_queue: t("source_queue")?,
         exchange: t("exchange")?,
         routing_key: t("routing_key")?,
-        dead_lettered_at: time::<D>(row, "dead_lettered_at")?,
+        dead_lettered_at: D::time(row, "dead_lettered_at")?,
         replay_attempt_at: D::time(row, "replay_attempt_at")?,
         discarded_at: D::time(row, "discarded_at")?,
         discard_note: t("discard_note")?,
+        unreadable: unreadable::<D>(row)?,
         state: State::parse(&state)
             .ok_or_else(|| sqlx::Error::Decode(format!("unknown state {state:?}").into()))?,
         v1_claim: owner.as_deref().is_some_and(super::is_v1_token),
@@ -369,153 +440,6 @@ pub(crate) fn whole_row<D: Dialect>(row: &D::Row) -> Decoded<Partial> {
         db_now: time::<D>(row, "db_now")?,
     };
     Ok((letter, to_read))
-}
-
-/// Completes rows read by [`whole_row`]: each body left out is read in slices into one
-/// buffer of its final size, on `conn` (in one snapshot, see [`whole_rows`]). A row
-/// deleted meanwhile is an error, never a shorter body.
-async fn read_bodies<D: Dialect>(
-    conn: &mut D::Connection,
-    rows: Vec<Partial>,
-    err: impl Fn(sqlx::Error) -> DlqError,
-) -> Result<Vec<DeadLetter>> {
-    let mut out = Vec::with_capacity(rows.len());
-    for (mut letter, to_read) in rows {
-        if let Some(len) = to_read {
-            letter.body = read_body::<D>(conn, &letter.summary.id, len, &err).await?;
-        }
-        out.push(letter);
-    }
-    Ok(out)
-}
-
-/// At most four slices, so a body stored compressed (where each `substr` decompresses
-/// everything before its slice) costs at most 2.5 whole reads; at least [`BODY_SLICE`].
-fn slice_len(len: i64) -> i64 {
-    BODY_SLICE.max((len + 3) / 4)
-}
-
-async fn read_body<D: Dialect>(
-    conn: &mut D::Connection,
-    id: &str,
-    len: i64,
-    err: &impl Fn(sqlx::Error) -> DlqError,
-) -> Result<Vec<u8>> {
-    let gone = || {
-        DlqError::other(format!(
-            "the body of {id} changed or the row was deleted while it was read"
-        ))
-    };
-    let slice = slice_len(len);
-    let mut body: Vec<u8> = Vec::new();
-    // The snapshot's length, read with the first slice.
-    let mut total: Option<i64> = None;
-    while total.is_none_or(|t| (body.len() as i64) < t) {
-        let before = body.len();
-        let mut qb = QueryBuilder::new("SELECT substr(body, CAST(");
-        D::bind(&mut qb, Bind::Int(before as i64 + 1));
-        qb.push(" AS INTEGER), CAST(");
-        D::bind(&mut qb, Bind::Int(slice));
-        qb.push(format!(
-            " AS INTEGER)) AS part, CAST({} AS BIGINT) AS len FROM dead_letters WHERE id = ",
-            body_len::<D>()
-        ));
-        D::bind(&mut qb, Bind::Text(id.to_string()));
-        let mut parts = D::fetch(conn, qb.build());
-        let row = parts.try_next().await.map_err(err)?.ok_or_else(gone)?;
-        let part = D::bytes(&row, "part").and_then(|p| required(p, "part"));
-        let part = part.map_err(err)?;
-        if total.is_none() {
-            let t = D::int(&row, "len").map_err(err)?;
-            body.try_reserve_exact(t as usize).map_err(|_| {
-                DlqError::other(format!(
-                    "the body of {id} ({t} bytes) does not fit in memory"
-                ))
-            })?;
-            total = Some(t);
-        }
-        body.extend_from_slice(part);
-        if body.len() == before && total.is_some_and(|t| t > 0) {
-            return Err(gone());
-        }
-    }
-    Ok(body)
-}
-
-/// A time as the export prints it: to the millisecond, the precision both stores keep.
-fn whole_ms(t: Option<DateTime<Utc>>) -> Option<DateTime<Utc>> {
-    t.map(|t| DateTime::from_timestamp_millis(t.timestamp_millis()).unwrap_or(t))
-}
-
-/// An exported row: the raw columns (not the effective identity), exactly as stored.
-fn exported<D: Dialect>(row: &D::Row) -> Result<NewDeadLetter> {
-    let decoded = (|| -> Decoded<NewDeadLetter> {
-        let t = |col: &str| D::text(row, col, false);
-        let at = |col: &str| -> Decoded<_> { Ok(whole_ms(D::time(row, col)?)) };
-        Ok(NewDeadLetter {
-            line: 0,
-            id: required(t("id")?, "id")?,
-            body: required(D::bytes(row, "body")?, "body")?.to_vec(),
-            reason: required(t("reason")?, "reason")?,
-            attempts: D::int(row, "attempts")?,
-            headers_json: required(t("headers_json")?, "headers_json")?,
-            replayed_at: at("replayed_at")?,
-            replay_claim_owner: t("replay_claim_owner")?.map(|o| token_operator(&o).to_string()),
-            replay_claim_expires_at: at("replay_claim_expires_at")?,
-            last_replay_error: t("last_replay_error")?,
-            event_id: t("event_id")?,
-            error: t("error")?,
-            producer: t("producer")?,
-            schema_version: t("schema_version")?,
-            source_queue: t("source_queue")?,
-            exchange: t("exchange")?,
-            routing_key: t("routing_key")?,
-            dead_lettered_at: at("dead_lettered_at")?,
-            replay_attempt_at: at("replay_attempt_at")?,
-            discarded_at: at("discarded_at")?,
-            discard_note: t("discard_note")?,
-            history: None,
-        })
-    })();
-    let history = D::text(row, "history", false);
-    let (r, history) = decoded
-        .and_then(|r| Ok((r, history?)))
-        .map_err(super::db_error)?;
-    Ok(NewDeadLetter {
-        history: Some(super::parse_history_json(history.as_deref())?),
-        ..r
-    })
-}
-
-/// Inserts the history an import line carried, as exported (its times kept).
-pub(crate) async fn import_history<D: Dialect>(
-    conn: &mut D::Connection,
-    r: &NewDeadLetter,
-) -> Decoded<()> {
-    for h in r.history.as_deref().unwrap_or_default() {
-        let mut qb = QueryBuilder::new(
-            "INSERT INTO dead_letter_history (dead_letter_id, at, operator, action, outcome, \
-             detail, target, plan_id, token_ref) VALUES (",
-        );
-        let values = [
-            Bind::Text(r.id.clone()),
-            Bind::Time(h.at),
-            Bind::Text(h.operator.clone()),
-            Bind::Text(h.action.clone()),
-            Bind::Text(h.outcome.clone()),
-            Bind::OptText(h.detail.clone()),
-            Bind::OptText(h.target.clone()),
-            Bind::OptText(h.plan_id.clone()),
-            Bind::OptText(h.token_ref.clone()),
-        ];
-        for (i, v) in values.into_iter().enumerate() {
-            qb.push(if i == 0 { "" } else { ", " });
-            D::bind(&mut qb, v);
-        }
-        qb.push(")");
-        D::fetch(conn, qb.build()).try_collect::<Vec<_>>().await?;
-    }
-    Ok(())
 }
 
 type Row<B> = <<B as Backend>::Db as Database>::Row;
@@ -623,10 +547,10 @@ impl<B: Backend> Reads for B {
         B::Db::bind(&mut qb, Bind::Text(prefix.to_string()));
         qb.push(")) = ");
         B::Db::bind(&mut qb, Bind::Text(prefix.to_string()));
-        qb.push(
-            " AND replayed_at IS NULL AND discarded_at IS NULL \
-             ORDER BY dead_lettered_at DESC LIMIT ",
-        );
+        qb.push(format!(
+            " AND replayed_at IS NULL AND discarded_at IS NULL ORDER BY {} DESC LIMIT ",
+            B::Db::at(TimeCol::DeadLetteredAt)
+        ));
         B::Db::bind(&mut qb, Bind::Int(limit));
         all(self, &mut qb, |r| B::Db::text(r, "id", false))
             .await
@@ -639,8 +563,11 @@ impl<B: Backend> Reads for B {
         limit: i64,
         sink: &mut (dyn FnMut(Summary) -> Result<()> + Send),
     ) -> Result<u64> {
-        let mut qb = select(&summary_columns(B::Db::NOW), filter);
-        qb.push(" ORDER BY dead_lettered_at DESC, id LIMIT ");
+        let mut qb = select(&summary_columns::<B::Db>(), filter);
+        qb.push(format!(
+            " ORDER BY {} DESC, id LIMIT ",
+            B::Db::at(TimeCol::DeadLetteredAt)
+        ));
         B::Db::bind(&mut qb, Bind::Int(limit));
         each(self, &mut qb, |row| {
             sink(summary::<B::Db>(row).map_err(|e| self.db_err(e))?)
@@ -682,17 +609,17 @@ impl<B: Backend> Reads for B {
         let states: Vec<String> = State::ALL
             .iter()
             .map(|st| {
-                let p = state_predicate(*st, B::Db::NOW);
+                let p = state_of::<B::Db>(*st);
                 format!("count(CASE WHEN {p} THEN 1 END) AS {}", st.as_str())
             })
             .collect();
         let n = dims.len();
         let mut qb = select(
             &format!(
-                "{}, count(*) AS n, {}, min(dead_lettered_at) AS first_seen, \
-                 max(dead_lettered_at) AS last_seen",
+                "{}, count(*) AS n, {}, min({at}) AS first_seen, max({at}) AS last_seen",
                 keys.join(", "),
-                states.join(", ")
+                states.join(", "),
+                at = B::Db::at(TimeCol::DeadLetteredAt)
             ),
             filter,
         );
@@ -712,7 +639,8 @@ impl<B: Backend> Reads for B {
                     Ok((
                         *d,
                         if d.is_time() {
-                            GroupKey::Time(time::<B::Db>(row, &k)?)
+                            // A time no row of the group could be read in: "(unknown)".
+                            B::Db::time(row, &k)?.map_or(GroupKey::Text(None), GroupKey::Time)
                         } else {
                             GroupKey::Text(text::<B::Db>(row, &k)?)
                         },
@@ -727,8 +655,8 @@ impl<B: Backend> Reads for B {
                 uncertain: int("uncertain")?,
                 replayed: int("replayed")?,
                 discarded: int("discarded")?,
-                first_seen: time::<B::Db>(row, "first_seen")?,
-                last_seen: time::<B::Db>(row, "last_seen")?,
+                first_seen: B::Db::time(row, "first_seen")?,
+                last_seen: B::Db::time(row, "last_seen")?,
             })
         })
         .await
@@ -739,21 +667,23 @@ impl<B: Backend> Reads for B {
     }
 
     async fn summaries(&self, ids: &[String]) -> Result<Vec<Summary>> {
-        let mut qb = by_ids(&summary_columns(B::Db::NOW), ids);
+        let mut qb = by_ids(&summary_columns::<B::Db>(), ids);
         all(self, &mut qb, summary::<B::Db>).await
     }
 
     async fn history(&self, id: &str) -> Result<Vec<HistoryEntry>> {
-        let mut qb = QueryBuilder::new(
-            "SELECT at, operator, action, outcome, detail, target, plan_id, token, token_ref \
-             FROM dead_letter_history WHERE dead_letter_id = ",
-        );
+        let mut qb = QueryBuilder::new(format!(
+            "SELECT {} AS at, operator, action, outcome, detail, target, plan_id, token, \
+             token_ref FROM dead_letter_history WHERE dead_letter_id = ",
+            B::Db::HISTORY_AT
+        ));
         B::Db::bind(&mut qb, Bind::Text(id.to_string()));
         qb.push(" ORDER BY seq");
         all(self, &mut qb, |r| {
             let t = |col: &str| text::<B::Db>(r, col);
             Ok(HistoryEntry {
-                at: time::<B::Db>(r, "at")?,
+                // Only dlq writes the history; a time no one can read shows as 1970.
+                at: B::Db::time(r, "at")?.unwrap_or_default(),
                 operator: required(t("operator")?, "operator")?,
                 action: required(t("action")?, "action")?,
                 outcome: required(t("outcome")?, "outcome")?,
@@ -771,7 +701,10 @@ impl<B: Backend> Reads for B {
 
     async fn plan_candidates(&self, filter: &Filter, limit: i64) -> Result<Vec<PlanCandidate>> {
         let mut qb = select("id, reason, eff_producer, eff_schema_version, body", filter);
-        qb.push(" ORDER BY dead_lettered_at, id LIMIT ");
+        qb.push(format!(
+            " ORDER BY {}, id LIMIT ",
+            B::Db::at(TimeCol::DeadLetteredAt)
+        ));
         B::Db::bind(&mut qb, Bind::Int(limit));
         all(self, &mut qb, |r| {
             let t = |col: &str| text::<B::Db>(r, col);
@@ -792,7 +725,7 @@ impl<B: Backend> Reads for B {
         B::Db::bind(&mut qb, Bind::Text(token.to_string()));
         qb.push(format!(
             " AND replay_attempt_at IS NULL AND {}",
-            state_predicate(State::Claimed, B::Db::NOW)
+            state_of::<B::Db>(State::Claimed)
         ));
         whole_rows(self, &mut qb).await
     }
@@ -802,14 +735,17 @@ impl<B: Backend> Reads for B {
         after: &(DateTime<Utc>, String),
         limit: i64,
     ) -> Result<Vec<(String, String, DateTime<Utc>)>> {
-        let mut qb = QueryBuilder::new(
-            "SELECT id, eff_event_id, dead_lettered_at FROM dead_letters \
-             WHERE (dead_lettered_at, id) > (",
-        );
+        let at = B::Db::at(TimeCol::DeadLetteredAt);
+        let mut qb = QueryBuilder::new(format!(
+            "SELECT id, eff_event_id, {at} AS dead_lettered_at FROM dead_letters \
+             WHERE ({at}, id) > ("
+        ));
         B::Db::bind(&mut qb, Bind::Time(after.0));
         qb.push(", ");
         B::Db::bind(&mut qb, Bind::Text(after.1.clone()));
-        qb.push(") AND eff_event_id IS NOT NULL ORDER BY dead_lettered_at, id LIMIT ");
+        qb.push(format!(
+            ") AND eff_event_id IS NOT NULL ORDER BY {at}, id LIMIT "
+        ));
         B::Db::bind(&mut qb, Bind::Int(limit));
         all(self, &mut qb, |r| {
             let t = |col: &str| text::<B::Db>(r, col);
@@ -830,14 +766,19 @@ impl<B: Backend> Reads for B {
         let mut qb = select(
             &format!(
                 "id, body, reason, CAST(attempts AS BIGINT) AS attempts, headers_json, \
-                 replayed_at, replay_claim_owner, replay_claim_expires_at, last_replay_error, \
-                 event_id, error, producer, schema_version, source_queue, exchange, routing_key, \
-                 dead_lettered_at, replay_attempt_at, discarded_at, discard_note, {} AS history",
+                 replay_claim_owner, last_replay_error, event_id, error, producer, \
+                 schema_version, source_queue, exchange, routing_key, discard_note, {}, \
+                 {} AS history",
+                time_columns::<B::Db>(),
                 B::Db::HISTORY_JSON
             ),
             filter,
         );
-        qb.push(format!(" ORDER BY dead_lettered_at, {}", B::Db::ID_ORDER));
+        qb.push(format!(
+            " ORDER BY {}, {}",
+            B::Db::at(TimeCol::DeadLetteredAt),
+            B::Db::ID_ORDER
+        ));
         let err = |e| self.db_err(e);
         let Some(setup) = B::Db::UNBOUNDED else {
             // One statement, so one snapshot.

@@ -1,39 +1,36 @@
-//! SQLite: all of its SQL. Times are INTEGER milliseconds since the epoch (UTC), one
-//! format everywhere, so comparisons are numeric; the clock is [`NOW_MS`]. The database
+//! SQLite: all of its SQL. dlq writes times as INTEGER microseconds since the epoch
+//! (UTC); workers may write others, so every comparison reads a time through
+//! [`sqlite_time`] (the clock is [`NOW_US`]). The database
 //! runs in WAL mode with a busy timeout; write transactions begin IMMEDIATE (a claim or a
 //! mark is one UPDATE plus its history), so two processes never deadlock on a lock upgrade.
 //! ID sets are bound as one JSON array (`json_each`), so a batch needs one parameter.
 
 use super::identity::identity_hint;
-use super::read::{
-    claimed_columns, claimed_row, import_history, push_where, Backend, Bind, Dialect, Doc,
-};
+use super::read::{claimed_columns, claimed_row, push_where, Backend, Dialect};
+use super::sqlite_import::{self, Existing};
+use super::sqlite_open;
+use super::sqlite_read::{ids_json, in_ids};
+use super::sqlite_time::{to_us, LEASE_END, NOW_US};
 use super::{
-    check_prune_filter, db_error, is_row_error, migration_error, newly_applied, state_predicate,
+    check_prune_filter, db_error, is_row_error, migration_error, newly_applied, state_predicate_at,
     unsettleable, CaptureOutcome, CapturedLetter, Claimed, ImportReport, NewDeadLetter, Store,
     StoreOptions,
 };
 use crate::error::{DlqError, Result};
-use crate::model::{ContentMatch, Filter, NewHistory, State};
+use crate::model::{Filter, NewHistory, State};
 use crate::secret::SecretUrl;
 use async_trait::async_trait;
-use chrono::{DateTime, Utc};
-use futures_util::stream::BoxStream;
-use sqlx::query::Query;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
-    SqliteRow, SqliteSynchronous,
+    SqliteSynchronous,
 };
 use sqlx::Sqlite;
-use sqlx::{ConnectOptions, QueryBuilder, Row};
+use sqlx::{ConnectOptions, QueryBuilder};
 use std::collections::HashSet;
 use std::str::FromStr;
 use std::time::Duration;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("migrations/sqlite");
-
-/// The database clock in milliseconds since the epoch.
-pub const NOW_MS: &str = "CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER)";
 
 /// The token `dlq migrate` gave a v1 claim ends in `:v1-` and 32 hex digits; a token of
 /// this dlq ends in `:` and a UUID (36 characters), so never matches.
@@ -42,21 +39,10 @@ const V1_TOKEN: &str = "substr(replay_claim_owner, -36, 4) = ':v1-'";
 pub struct SqliteStore {
     pool: SqlitePool,
     busy: Duration,
+    file: std::path::PathBuf,
 }
 
-fn to_ms(t: DateTime<Utc>) -> i64 {
-    t.timestamp_millis()
-}
-
-fn from_ms(ms: i64) -> DateTime<Utc> {
-    DateTime::from_timestamp_millis(ms).unwrap_or_default()
-}
-
-fn ids_json(ids: &[String]) -> String {
-    serde_json::to_string(ids).unwrap_or_else(|_| "[]".into())
-}
-
-const IN_IDS: &str = "id IN (SELECT value FROM json_each(?1))";
+const IN_IDS: &str = in_ids!("?1");
 
 impl SqliteStore {
     async fn applied_versions(&self) -> Vec<i64> {
@@ -82,14 +68,8 @@ impl SqliteStore {
             // dlq and the workers alike, and every later connection inherits it.
             options = options.journal_mode(SqliteJournalMode::Wal);
         }
-        let file = options.get_filename();
-        let in_memory = file.as_os_str() == ":memory:";
-        if !opts.create && !in_memory && !file.exists() {
-            return Err(DlqError::SchemaMissing(format!(
-                "database file {} does not exist",
-                file.display()
-            )));
-        }
+        let file = options.get_filename().to_path_buf();
+        sqlite_open::check_target(&url.to_string(), &file, opts.create)?;
         // A new file being switched to WAL by another `dlq migrate` at this moment is
         // busy for an instant (the busy handler does not cover it): try again within the
         // busy timeout.
@@ -103,7 +83,7 @@ impl SqliteStore {
                 .await
                 .map_err(|e| match db_error(e) {
                     DlqError::Busy(_) => DlqError::Busy(opts.busy_timeout),
-                    other => other,
+                    other => sqlite_open::explain(&file, other),
                 });
             match pool {
                 Err(DlqError::Busy(_)) if opts.create && tokio::time::Instant::now() < deadline => {
@@ -115,13 +95,14 @@ impl SqliteStore {
         Ok(SqliteStore {
             pool,
             busy: opts.busy_timeout,
+            file,
         })
     }
 
     fn err(&self) -> impl Fn(sqlx::Error) -> DlqError + '_ {
         move |e| match db_error(e) {
             DlqError::Busy(_) => DlqError::Busy(self.busy),
-            other => other,
+            other => sqlite_open::explain(&self.file, other),
         }
     }
 
@@ -146,7 +127,10 @@ impl SqliteStore {
             .await
             .map_err(self.err())?
             .iter()
-            .map(|r| r.try_get("id"))
+            .map(|r| {
+                <Sqlite as Dialect>::text(r, "id", true)
+                    .and_then(|id| id.ok_or_else(|| sqlx::Error::Decode("NULL id".into())))
+            })
             .collect::<std::result::Result<_, sqlx::Error>>()
             .map_err(self.err())?;
         let ids: HashSet<&str> = changed.iter().map(String::as_str).collect();
@@ -165,147 +149,6 @@ impl Backend for SqliteStore {
     }
     fn db_err(&self, e: sqlx::Error) -> DlqError {
         self.err()(e)
-    }
-}
-
-/// The content filters check the JSON with `json_valid` (which never raises) before
-/// reading it.
-impl Dialect for Sqlite {
-    const NOW: &'static str = NOW_MS;
-    const ID_ORDER: &'static str = "id";
-    const HISTORY_JSON: &'static str = "(SELECT json_group_array(json_object('at', h.at, \
-         'operator', h.operator, 'action', h.action, 'outcome', h.outcome, 'detail', h.detail, \
-         'token', h.token, 'token_ref', h.token_ref, 'target', h.target, 'plan_id', h.plan_id)) \
-         FROM (SELECT * FROM dead_letter_history \
-               WHERE dead_letter_id = dead_letters.id ORDER BY seq) h)";
-    // In WAL mode one statement never blocks a writer: no transaction needed.
-    const UNBOUNDED: Option<&'static str> = None;
-    const SNAPSHOT: Option<&'static str> = None;
-    // substr() of a BLOB loads the whole value: slices would only cost more.
-    const BODY_LEN: Option<&'static str> = None;
-
-    fn bind(qb: &mut QueryBuilder<'static, Self>, value: Bind) {
-        match value {
-            Bind::Text(v) => qb.push_bind(v),
-            Bind::OptText(v) => qb.push_bind(v),
-            Bind::Int(v) => qb.push_bind(v),
-            Bind::Bytes(v) => qb.push_bind(v),
-            Bind::Time(v) => qb.push_bind(to_ms(v)),
-        };
-    }
-
-    fn push_ids(qb: &mut QueryBuilder<'static, Self>, ids: &[String]) {
-        qb.push("id IN (SELECT value FROM json_each(");
-        qb.push_bind(ids_json(ids));
-        qb.push("))");
-    }
-
-    fn bucket(unit: &str) -> String {
-        let size = if unit == "hour" {
-            3_600_000
-        } else {
-            86_400_000
-        };
-        format!("(dead_lettered_at / {size}) * {size}")
-    }
-
-    fn push_contains(qb: &mut QueryBuilder<'static, Self>, doc: Doc, needle: Bind) {
-        qb.push(match doc {
-            Doc::Body => "instr(body, ",
-            Doc::Headers => "instr(headers_json, ",
-            Doc::Error => "instr(error, ",
-        });
-        Self::bind(qb, needle);
-        qb.push(") > 0");
-    }
-
-    fn backslash_in(doc: Doc) -> &'static str {
-        match doc {
-            Doc::Body => "instr(body, X'5c') > 0",
-            _ => "instr(headers_json, '\\') > 0",
-        }
-    }
-
-    fn json_guard(doc: Doc) -> (&'static str, &'static str) {
-        match doc {
-            Doc::Body => (
-                "1",
-                " AND json_valid(CAST(body AS TEXT)) AND json_type(CAST(body AS TEXT)) = 'object'",
-            ),
-            _ => ("1", " AND json_valid(headers_json)"),
-        }
-    }
-
-    /// A string as its value, an array or object as JSON, anything else as its JSON text
-    /// as written (`->` keeps a number's text).
-    fn push_json_match(
-        qb: &mut QueryBuilder<'static, Self>,
-        doc: Doc,
-        path: &[&str],
-        m: &ContentMatch,
-    ) {
-        let doc = if doc == Doc::Body {
-            "CAST(body AS TEXT)"
-        } else {
-            "headers_json"
-        };
-        let path: String = std::iter::once("$".to_string())
-            .chain(path.iter().map(|k| format!(".\"{k}\"")))
-            .collect();
-        qb.push(format!("CASE json_type({doc}, "));
-        qb.push_bind(path.clone());
-        qb.push(format!(") WHEN 'text' THEN json_extract({doc}, "));
-        qb.push_bind(path.clone());
-        qb.push(") = ");
-        qb.push_bind(m.value.clone());
-        for kind in ["array", "object"] {
-            qb.push(format!(" WHEN '{kind}' THEN json({doc} -> "));
-            qb.push_bind(path.clone());
-            qb.push(") = json(");
-            qb.push_bind(m.value_json().map(str::to_string));
-            qb.push(")");
-        }
-        qb.push(format!(" ELSE ({doc} -> "));
-        qb.push_bind(path);
-        qb.push(") = ");
-        qb.push_bind(m.value.clone());
-        qb.push(" END");
-    }
-
-    /// SQLite does not check that TEXT is UTF-8: `lossy` turns invalid bytes into U+FFFD.
-    fn text(
-        row: &SqliteRow,
-        col: &str,
-        lossy: bool,
-    ) -> std::result::Result<Option<String>, sqlx::Error> {
-        if !lossy {
-            return row.try_get(col);
-        }
-        Ok(row
-            .try_get::<Option<&[u8]>, _>(col)?
-            .map(|b| String::from_utf8_lossy(b).into_owned()))
-    }
-
-    fn int(row: &SqliteRow, col: &str) -> std::result::Result<i64, sqlx::Error> {
-        row.try_get(col)
-    }
-
-    fn time(row: &SqliteRow, col: &str) -> std::result::Result<Option<DateTime<Utc>>, sqlx::Error> {
-        Ok(row.try_get::<Option<i64>, _>(col)?.map(from_ms))
-    }
-
-    fn bytes<'r>(
-        row: &'r SqliteRow,
-        col: &str,
-    ) -> std::result::Result<Option<&'r [u8]>, sqlx::Error> {
-        row.try_get(col)
-    }
-
-    fn fetch<'e>(
-        conn: &'e mut SqliteConnection,
-        query: Query<'e, Self, <Self as sqlx::Database>::Arguments<'static>>,
-    ) -> BoxStream<'e, std::result::Result<SqliteRow, sqlx::Error>> {
-        query.fetch(conn)
     }
 }
 
@@ -349,6 +192,7 @@ impl Store for SqliteStore {
         // (two hosts starting together on a new file) fails on a busy lock or on a
         // table the first just created. Each migration is one transaction, so trying
         // again once the other made progress is safe; it then finds them applied.
+        sqlite_open::check_ids_before_upgrade(&self.pool).await?;
         let applied = self.applied_versions().await;
         let deadline = tokio::time::Instant::now() + self.busy.max(Duration::from_secs(5));
         loop {
@@ -367,80 +211,12 @@ impl Store for SqliteStore {
     }
 
     async fn import(&self, rows: Vec<NewDeadLetter>, skip_existing: bool) -> Result<ImportReport> {
-        let mut tx = self.begin_write().await?;
-        let mut report = ImportReport::default();
-        let sql = format!(
-            "INSERT {} INTO dead_letters (id, body, reason, attempts, headers_json, replayed_at, \
-             replay_claim_owner, replay_claim_expires_at, last_replay_error, event_id, error, \
-             producer, schema_version, source_queue, exchange, routing_key, dead_lettered_at, \
-             replay_attempt_at, discarded_at, discard_note, eff_producer, eff_schema_version, \
-             eff_event_id) \
-             VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,COALESCE(?17, {NOW_MS}), \
-             ?18,?19,?20,?21,?22,?23)",
-            if skip_existing { "OR IGNORE" } else { "" }
-        );
-        for mut r in rows {
-            let [eff_producer, eff_schema_version, eff_event_id] = hint(&r);
-            let res = sqlx::query(sql.as_str())
-                .bind(&r.id)
-                // Moved, not copied: a body may be tens of MiB.
-                .bind(std::mem::take(&mut r.body))
-                .bind(&r.reason)
-                .bind(r.attempts)
-                .bind(&r.headers_json)
-                .bind(r.replayed_at.map(to_ms))
-                .bind(&r.replay_claim_owner)
-                .bind(r.replay_claim_expires_at.map(to_ms))
-                .bind(&r.last_replay_error)
-                .bind(&r.event_id)
-                .bind(&r.error)
-                .bind(&r.producer)
-                .bind(&r.schema_version)
-                .bind(&r.source_queue)
-                .bind(&r.exchange)
-                .bind(&r.routing_key)
-                .bind(r.dead_lettered_at.map(to_ms))
-                .bind(r.replay_attempt_at.map(to_ms))
-                .bind(r.discarded_at.map(to_ms))
-                .bind(&r.discard_note)
-                .bind(eff_producer)
-                .bind(eff_schema_version)
-                .bind(eff_event_id)
-                .execute(&mut *tx)
-                .await;
-            match res {
-                Ok(done) if done.rows_affected() == 0 => report.skipped_existing += 1,
-                Ok(_) => {
-                    report.imported += 1;
-                    import_history::<Sqlite>(&mut tx, &r).await.map_err(|e| {
-                        DlqError::other(format!(
-                            "line {}: {} (nothing was imported)",
-                            r.line,
-                            self.err()(e)
-                        ))
-                    })?;
-                }
-                Err(e)
-                    if e.as_database_error()
-                        .map(|d| d.is_unique_violation())
-                        .unwrap_or(false) =>
-                {
-                    return Err(DlqError::usage(format!(
-                        "line {}: field id: a dead letter with id {:?} already exists (nothing was imported; use --skip-existing to keep the existing rows)",
-                        r.line, r.id
-                    )));
-                }
-                Err(e) => {
-                    return Err(DlqError::other(format!(
-                        "line {}: {} (nothing was imported)",
-                        r.line,
-                        self.err()(e)
-                    )))
-                }
-            }
-        }
-        tx.commit().await.map_err(self.err())?;
-        Ok(report)
+        let existing = match skip_existing {
+            true => Existing::Skip,
+            false => Existing::Refuse,
+        };
+        let mut conn = self.pool.acquire().await.map_err(self.err())?;
+        sqlite_import::import(&mut conn, rows, existing, &self.err()).await
     }
 
     async fn claim(
@@ -455,16 +231,16 @@ impl Store for SqliteStore {
         // read.
         let claim = format!(
             "UPDATE dead_letters SET replay_claim_owner = ?2, \
-                 replay_claim_expires_at = {NOW_MS} + ?3 \
+                 replay_claim_expires_at = {NOW_US} + ?3 \
              WHERE {IN_IDS} AND {} \
              RETURNING {}",
-            state_predicate(State::Pending, NOW_MS),
+            state_predicate_at(State::Pending, NOW_US, LEASE_END),
             claimed_columns::<Sqlite>(),
         );
         let rows = sqlx::query(&claim)
             .bind(ids_json(ids))
             .bind(token)
-            .bind(lease.as_millis() as i64)
+            .bind(lease.as_micros() as i64)
             .fetch_all(&mut *tx)
             .await
             .map_err(self.err())?;
@@ -492,17 +268,17 @@ impl Store for SqliteStore {
         history: &[NewHistory],
     ) -> Result<Vec<String>> {
         let sql = format!(
-            "UPDATE dead_letters SET replay_attempt_at = {NOW_MS}, replay_claim_owner = ?3 \
+            "UPDATE dead_letters SET replay_attempt_at = {NOW_US}, replay_claim_owner = ?3 \
              WHERE {IN_IDS} AND replay_claim_owner = ?2 AND replayed_at IS NULL \
                AND discarded_at IS NULL AND replay_attempt_at IS NULL \
-               AND replay_claim_expires_at > {NOW_MS} + ?4 \
+               AND {LEASE_END} > {NOW_US} + ?4 \
              RETURNING id"
         );
         let query = sqlx::query(sql.as_str())
             .bind(ids_json(ids))
             .bind(token.to_string())
             .bind(new_token.to_string())
-            .bind(outlive.as_millis() as i64);
+            .bind(outlive.as_micros() as i64);
         self.step(query, history).await
     }
 
@@ -513,7 +289,7 @@ impl Store for SqliteStore {
         history: &[NewHistory],
     ) -> Result<Vec<String>> {
         let sql = format!(
-            "UPDATE dead_letters SET replayed_at = {NOW_MS}, replay_claim_expires_at = NULL, \
+            "UPDATE dead_letters SET replayed_at = {NOW_US}, replay_claim_expires_at = NULL, \
                  last_replay_error = NULL \
              WHERE {IN_IDS} AND replay_claim_owner = ?2 AND replayed_at IS NULL \
                AND replay_attempt_at IS NOT NULL \
@@ -536,7 +312,7 @@ impl Store for SqliteStore {
             "UPDATE dead_letters SET replay_claim_owner = NULL, replay_claim_expires_at = NULL, \
                  replay_attempt_at = NULL, last_replay_error = COALESCE(?3, last_replay_error) \
              WHERE {IN_IDS} AND replay_claim_owner = ?2 AND replayed_at IS NULL \
-               AND replay_claim_expires_at > {NOW_MS} \
+               AND {LEASE_END} > {NOW_US} \
              RETURNING id"
         );
         let query = sqlx::query(sql.as_str())
@@ -557,7 +333,7 @@ impl Store for SqliteStore {
         let sql = format!(
             "UPDATE dead_letters SET last_replay_error = ?3, \
                  replay_claim_expires_at = CASE WHEN ?4 \
-                     THEN min(COALESCE(replay_claim_expires_at, {NOW_MS}), {NOW_MS}) \
+                     THEN min(COALESCE({LEASE_END}, {NOW_US}), {NOW_US}) \
                      ELSE replay_claim_expires_at END \
              WHERE {IN_IDS} AND replay_claim_owner = ?2 AND replayed_at IS NULL \
                AND replay_attempt_at IS NOT NULL \
@@ -578,7 +354,7 @@ impl Store for SqliteStore {
         history: &[NewHistory],
     ) -> Result<Vec<String>> {
         let set = if delivered {
-            format!("replayed_at = {NOW_MS}, replay_claim_expires_at = NULL")
+            format!("replayed_at = {NOW_US}, replay_claim_expires_at = NULL")
         } else {
             "replay_attempt_at = NULL, replay_claim_owner = NULL, replay_claim_expires_at = NULL"
                 .to_string()
@@ -587,8 +363,8 @@ impl Store for SqliteStore {
             "UPDATE dead_letters SET {set} \
              WHERE {IN_IDS} AND {} AND {} \
              RETURNING id",
-            state_predicate(State::Uncertain, NOW_MS),
-            unsettleable(NOW_MS, V1_TOKEN, None)
+            state_predicate_at(State::Uncertain, NOW_US, LEASE_END),
+            unsettleable(NOW_US, LEASE_END, V1_TOKEN, None)
         );
         self.step(sqlx::query(sql.as_str()).bind(ids_json(ids)), history)
             .await
@@ -683,9 +459,9 @@ impl Store for SqliteStore {
         history: &[NewHistory],
     ) -> Result<Vec<String>> {
         let sql = format!(
-            "UPDATE dead_letters SET discarded_at = {NOW_MS}, discard_note = ?2 \
+            "UPDATE dead_letters SET discarded_at = {NOW_US}, discard_note = ?2 \
              WHERE {IN_IDS} AND {} RETURNING id",
-            state_predicate(State::Pending, NOW_MS)
+            state_predicate_at(State::Pending, NOW_US, LEASE_END)
         );
         let query = sqlx::query(sql.as_str())
             .bind(ids_json(ids))
@@ -697,7 +473,7 @@ impl Store for SqliteStore {
         let sql = format!(
             "UPDATE dead_letters SET discarded_at = NULL, discard_note = NULL \
              WHERE {IN_IDS} AND {} RETURNING id",
-            state_predicate(State::Discarded, NOW_MS)
+            state_predicate_at(State::Discarded, NOW_US, LEASE_END)
         );
         self.step(sqlx::query(sql.as_str()).bind(ids_json(ids)), history)
             .await
@@ -714,9 +490,13 @@ impl Store for SqliteStore {
         // one short batch, and the whole run reads the table once.
         let started = std::time::Instant::now();
         let mut tx = self.begin_write().await?;
-        let mut qb = QueryBuilder::new("SELECT max(id) FROM (SELECT id FROM dead_letters");
+        // TEXT IDs only: a worker's BLOB ID sorts after every text, so a window could
+        // never end on it (such rows are kept).
+        let mut qb = QueryBuilder::new(
+            "SELECT max(id) FROM (SELECT id FROM dead_letters WHERE typeof(id) = 'text'",
+        );
         if let Some(a) = after {
-            qb.push(" WHERE id > ");
+            qb.push(" AND id > ");
             qb.push_bind(a.to_string());
         }
         qb.push(" ORDER BY id LIMIT ");
@@ -771,7 +551,7 @@ impl Store for SqliteStore {
 
 /// The identity values the triggers will derive, given with the INSERT so that they do
 /// not write the row a second time (see [`identity_hint`]).
-fn hint(r: &NewDeadLetter) -> [Option<String>; 3] {
+pub(crate) fn hint(r: &NewDeadLetter) -> [Option<String>; 3] {
     identity_hint(
         [
             r.producer.as_deref(),
@@ -809,8 +589,8 @@ async fn insert_captured(
             .push_bind(&r.exchange)
             .push_bind(&r.routing_key)
             .push("COALESCE(")
-            .push_bind_unseparated(r.dead_lettered_at.map(to_ms))
-            .push_unseparated(format!(", {NOW_MS})"))
+            .push_bind_unseparated(r.dead_lettered_at.map(to_us))
+            .push_unseparated(format!(", {NOW_US})"))
             .push_bind(&c.capture_key)
             .push_bind(eff_producer)
             .push_bind(eff_schema_version)

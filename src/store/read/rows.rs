@@ -1,0 +1,153 @@
+//! Whole rows beyond one SELECT: large bodies read in slices, and the export's rows
+//! (raw columns, history) with the import of that history.
+
+use super::{body_len, required, unreadable, Bind, Decoded, Dialect, Partial, BODY_SLICE};
+use crate::error::{DlqError, Result};
+use crate::model::{token_operator, DeadLetter};
+use crate::store::NewDeadLetter;
+use futures_util::TryStreamExt;
+use sqlx::QueryBuilder;
+
+/// Completes rows read by [`whole_row`]: each body left out is read in slices into one
+/// buffer of its final size, on `conn` (in one snapshot, see [`whole_rows`]). A row
+/// deleted meanwhile is an error, never a shorter body.
+pub(super) async fn read_bodies<D: Dialect>(
+    conn: &mut D::Connection,
+    rows: Vec<Partial>,
+    err: impl Fn(sqlx::Error) -> DlqError,
+) -> Result<Vec<DeadLetter>> {
+    let mut out = Vec::with_capacity(rows.len());
+    for (mut letter, to_read) in rows {
+        if let Some(len) = to_read {
+            letter.body = read_body::<D>(conn, &letter.summary.id, len, &err).await?;
+        }
+        out.push(letter);
+    }
+    Ok(out)
+}
+
+/// At most four slices, so a body stored compressed (where each `substr` decompresses
+/// everything before its slice) costs at most 2.5 whole reads; at least [`BODY_SLICE`].
+fn slice_len(len: i64) -> i64 {
+    BODY_SLICE.max((len + 3) / 4)
+}
+
+async fn read_body<D: Dialect>(
+    conn: &mut D::Connection,
+    id: &str,
+    len: i64,
+    err: &impl Fn(sqlx::Error) -> DlqError,
+) -> Result<Vec<u8>> {
+    let gone = || {
+        DlqError::other(format!(
+            "the body of {id} changed or the row was deleted while it was read"
+        ))
+    };
+    let slice = slice_len(len);
+    let mut body: Vec<u8> = Vec::new();
+    // The snapshot's length, read with the first slice.
+    let mut total: Option<i64> = None;
+    while total.is_none_or(|t| (body.len() as i64) < t) {
+        let before = body.len();
+        let mut qb = QueryBuilder::new("SELECT substr(body, CAST(");
+        D::bind(&mut qb, Bind::Int(before as i64 + 1));
+        qb.push(" AS INTEGER), CAST(");
+        D::bind(&mut qb, Bind::Int(slice));
+        qb.push(format!(
+            " AS INTEGER)) AS part, CAST({} AS BIGINT) AS len FROM dead_letters WHERE id = ",
+            body_len::<D>()
+        ));
+        D::bind(&mut qb, Bind::Text(id.to_string()));
+        let mut parts = D::fetch(conn, qb.build());
+        let row = parts.try_next().await.map_err(err)?.ok_or_else(gone)?;
+        let part = D::bytes(&row, "part").and_then(|p| required(p, "part"));
+        let part = part.map_err(err)?;
+        if total.is_none() {
+            let t = D::int(&row, "len").map_err(err)?;
+            body.try_reserve_exact(t as usize).map_err(|_| {
+                DlqError::other(format!(
+                    "the body of {id} ({t} bytes) does not fit in memory"
+                ))
+            })?;
+            total = Some(t);
+        }
+        body.extend_from_slice(part);
+        if body.len() == before && total.is_some_and(|t| t > 0) {
+            return Err(gone());
+        }
+    }
+    Ok(body)
+}
+
+/// An exported row: the raw columns (not the effective identity), exactly as stored.
+pub(super) fn exported<D: Dialect>(row: &D::Row) -> Result<NewDeadLetter> {
+    let decoded = (|| -> Decoded<NewDeadLetter> {
+        // Text that is not UTF-8 (SQLite, or a BLOB in a text column) escaped, as shown.
+        let t = |col: &str| D::text(row, col, true);
+        let at = |col: &str| D::time(row, col);
+        Ok(NewDeadLetter {
+            line: 0,
+            id: required(t("id")?, "id")?,
+            body: required(D::bytes(row, "body")?, "body")?.to_vec(),
+            reason: required(t("reason")?, "reason")?,
+            attempts: D::int(row, "attempts")?,
+            headers_json: required(t("headers_json")?, "headers_json")?,
+            replayed_at: at("replayed_at")?,
+            replay_claim_owner: t("replay_claim_owner")?.map(|o| token_operator(&o).to_string()),
+            replay_claim_expires_at: at("replay_claim_expires_at")?,
+            last_replay_error: t("last_replay_error")?,
+            event_id: t("event_id")?,
+            error: t("error")?,
+            producer: t("producer")?,
+            schema_version: t("schema_version")?,
+            source_queue: t("source_queue")?,
+            exchange: t("exchange")?,
+            routing_key: t("routing_key")?,
+            dead_lettered_at: at("dead_lettered_at")?,
+            replay_attempt_at: at("replay_attempt_at")?,
+            discarded_at: at("discarded_at")?,
+            discard_note: t("discard_note")?,
+            history: None,
+            unreadable: unreadable::<D>(row)?,
+        })
+    })();
+    let history = D::text(row, "history", false);
+    let (r, history) = decoded
+        .and_then(|r| Ok((r, history?)))
+        .map_err(crate::store::db_error)?;
+    Ok(NewDeadLetter {
+        history: Some(crate::store::parse_history_json(history.as_deref())?),
+        ..r
+    })
+}
+
+/// Inserts the history an import line carried, as exported (its times kept).
+pub(crate) async fn import_history<D: Dialect>(
+    conn: &mut D::Connection,
+    r: &NewDeadLetter,
+) -> Decoded<()> {
+    for h in r.history.as_deref().unwrap_or_default() {
+        let mut qb = QueryBuilder::new(
+            "INSERT INTO dead_letter_history (dead_letter_id, at, operator, action, outcome, \
+             detail, target, plan_id, token_ref) VALUES (",
+        );
+        let values = [
+            Bind::Text(r.id.clone()),
+            Bind::Time(h.at),
+            Bind::Text(h.operator.clone()),
+            Bind::Text(h.action.clone()),
+            Bind::Text(h.outcome.clone()),
+            Bind::OptText(h.detail.clone()),
+            Bind::OptText(h.target.clone()),
+            Bind::OptText(h.plan_id.clone()),
+            Bind::OptText(h.token_ref.clone()),
+        ];
+        for (i, v) in values.into_iter().enumerate() {
+            qb.push(if i == 0 { "" } else { ", " });
+            D::bind(&mut qb, v);
+        }
+        qb.push(")");
+        D::fetch(conn, qb.build()).try_collect::<Vec<_>>().await?;
+    }
+    Ok(())
+}

@@ -1,0 +1,273 @@
+//! How the shared reads ([`super::read`]) spell SQLite: its clock and times (through
+//! [`super::sqlite_time`]), ID sets as one JSON array, the JSON and byte functions of the
+//! content filters, and text that a worker stored as bytes.
+
+use super::read::{Bind, Dialect, Doc, TimeCol};
+use super::sqlite_time::{
+    from_int, to_us, us, ATTEMPT_AT, DEAD_LETTERED_AT, DISCARDED_AT, HISTORY_AT, LEASE_END, NOW_US,
+    REPLAYED_AT, UNREADABLE,
+};
+use crate::model::ContentMatch;
+use chrono::{DateTime, Utc};
+use futures_util::stream::BoxStream;
+use sqlx::query::Query;
+use sqlx::sqlite::{SqliteConnection, SqliteRow};
+use sqlx::{QueryBuilder, Row, Sqlite};
+
+/// A set of IDs as one JSON array for [`in_ids!`]: each ID, and for one shown with
+/// escaped bytes (see [`escaped`]) also those bytes, as hex after a `\u{1}` (no ID typed
+/// or stored by dlq holds a control character).
+pub(crate) fn ids_json(ids: &[String]) -> String {
+    let mut all: Vec<String> = ids.to_vec();
+    all.extend(
+        ids.iter()
+            .filter_map(|id| unescape(id))
+            .map(|h| format!("\u{1}{h}")),
+    );
+    serde_json::to_string(&all).unwrap_or_else(|_| "[]".into())
+}
+
+/// `id` is one of the IDs of the JSON array `$p` (see [`ids_json`]), each as TEXT or as a
+/// BLOB (a worker may bind bytes), and escaped bytes as those bytes: the primary key
+/// finds any of them. `$p` appears four times: with `?`, bind the array four times.
+macro_rules! in_ids {
+    ($p:literal) => {
+        concat!(
+            "id IN (SELECT value FROM json_each(",
+            $p,
+            ") ",
+            "UNION ALL SELECT CAST(value AS BLOB) FROM json_each(",
+            $p,
+            ") ",
+            "UNION ALL SELECT unhex(substr(value, 2)) FROM json_each(",
+            $p,
+            ") ",
+            "WHERE substr(value, 1, 1) = char(1) ",
+            "UNION ALL SELECT CAST(unhex(substr(value, 2)) AS TEXT) FROM json_each(",
+            $p,
+            ") ",
+            "WHERE substr(value, 1, 1) = char(1))"
+        )
+    };
+}
+pub(crate) use in_ids;
+
+/// Bytes as text: UTF-8 as it is, any other byte as `\xNN` (so `show` can find an ID
+/// that holds one: see [`unescape`]).
+pub(crate) fn escaped(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len());
+    for chunk in bytes.utf8_chunks() {
+        out.push_str(chunk.valid());
+        for b in chunk.invalid() {
+            out.push_str(&format!("\\x{b:02x}"));
+        }
+    }
+    out
+}
+
+/// The bytes, as hex, of an ID typed as [`escaped`] shows it; None when it escapes none.
+fn unescape(id: &str) -> Option<String> {
+    if !id.contains("\\x") {
+        return None;
+    }
+    let mut out = Vec::new();
+    let mut rest = id.as_bytes();
+    while let Some((&b, tail)) = rest.split_first() {
+        let byte = (b == b'\\' && tail.first() == Some(&b'x'))
+            .then(|| tail.get(1..3))
+            .flatten()
+            .and_then(|h| u8::from_str_radix(std::str::from_utf8(h).ok()?, 16).ok());
+        match byte {
+            Some(v) => {
+                out.push(v);
+                rest = &tail[3..];
+            }
+            None => {
+                out.push(b);
+                rest = tail;
+            }
+        }
+    }
+    Some(out.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// The content filters check the JSON with `json_valid` (which never raises) before
+/// reading it.
+impl Dialect for Sqlite {
+    const NOW: &'static str = NOW_US;
+    const ID_ORDER: &'static str = "id";
+    const HISTORY_JSON: &'static str = concat!(
+        "(SELECT json_group_array(json_object('at', ",
+        us!("h.at"),
+        ", 'operator', h.operator, 'action', h.action, 'outcome', h.outcome, \
+         'detail', h.detail, 'token', h.token, 'token_ref', h.token_ref, 'target', h.target, \
+         'plan_id', h.plan_id)) \
+         FROM (SELECT * FROM dead_letter_history \
+               WHERE dead_letter_id = dead_letters.id ORDER BY seq) h)"
+    );
+    // In WAL mode one statement never blocks a writer: no transaction needed.
+    const UNBOUNDED: Option<&'static str> = None;
+    const SNAPSHOT: Option<&'static str> = None;
+    // substr() of a BLOB loads the whole value: slices would only cost more.
+    const BODY_LEN: Option<&'static str> = None;
+    const HISTORY_AT: &'static str = HISTORY_AT;
+    const UNREADABLE: &'static str = UNREADABLE;
+
+    fn at(col: TimeCol) -> &'static str {
+        match col {
+            TimeCol::DeadLetteredAt => DEAD_LETTERED_AT,
+            TimeCol::ReplayedAt => REPLAYED_AT,
+            TimeCol::LeaseEnd => LEASE_END,
+            TimeCol::AttemptAt => ATTEMPT_AT,
+            TimeCol::DiscardedAt => DISCARDED_AT,
+        }
+    }
+
+    fn bind(qb: &mut QueryBuilder<'static, Self>, value: Bind) {
+        match value {
+            Bind::Text(v) => qb.push_bind(v),
+            Bind::OptText(v) => qb.push_bind(v),
+            Bind::Int(v) => qb.push_bind(v),
+            Bind::Bytes(v) => qb.push_bind(v),
+            Bind::Time(v) => qb.push_bind(to_us(v)),
+        };
+    }
+
+    /// See [`in_ids!`].
+    fn push_ids(qb: &mut QueryBuilder<'static, Self>, ids: &[String]) {
+        let json = ids_json(ids);
+        let mut parts = in_ids!("?").split('?').peekable();
+        while let Some(part) = parts.next() {
+            qb.push(part);
+            if parts.peek().is_some() {
+                qb.push_bind(json.clone());
+            }
+        }
+    }
+
+    fn bucket(unit: &str) -> String {
+        let size: i64 = if unit == "hour" {
+            3_600_000_000
+        } else {
+            86_400_000_000
+        };
+        format!("({DEAD_LETTERED_AT} / {size}) * {size}")
+    }
+
+    fn push_contains(qb: &mut QueryBuilder<'static, Self>, doc: Doc, needle: Bind) {
+        qb.push(match doc {
+            Doc::Body => "instr(body, ",
+            Doc::Headers => "instr(headers_json, ",
+            Doc::Error => "instr(error, ",
+        });
+        Self::bind(qb, needle);
+        qb.push(") > 0");
+    }
+
+    fn backslash_in(doc: Doc) -> &'static str {
+        match doc {
+            Doc::Body => "instr(body, X'5c') > 0",
+            _ => "instr(headers_json, '\\') > 0",
+        }
+    }
+
+    fn json_guard(doc: Doc) -> (&'static str, &'static str) {
+        match doc {
+            Doc::Body => (
+                "1",
+                " AND json_valid(CAST(body AS TEXT)) AND json_type(CAST(body AS TEXT)) = 'object'",
+            ),
+            _ => ("1", " AND json_valid(headers_json)"),
+        }
+    }
+
+    /// A string as its value, an array or object as JSON, anything else as its JSON text
+    /// as written (`->` keeps a number's text).
+    fn push_json_match(
+        qb: &mut QueryBuilder<'static, Self>,
+        doc: Doc,
+        path: &[&str],
+        m: &ContentMatch,
+    ) {
+        let doc = if doc == Doc::Body {
+            "CAST(body AS TEXT)"
+        } else {
+            "headers_json"
+        };
+        let path: String = std::iter::once("$".to_string())
+            .chain(path.iter().map(|k| format!(".\"{k}\"")))
+            .collect();
+        qb.push(format!("CASE json_type({doc}, "));
+        qb.push_bind(path.clone());
+        qb.push(format!(") WHEN 'text' THEN json_extract({doc}, "));
+        qb.push_bind(path.clone());
+        qb.push(") = ");
+        qb.push_bind(m.value.clone());
+        for kind in ["array", "object"] {
+            qb.push(format!(" WHEN '{kind}' THEN json({doc} -> "));
+            qb.push_bind(path.clone());
+            qb.push(") = json(");
+            qb.push_bind(m.value_json().map(str::to_string));
+            qb.push(")");
+        }
+        qb.push(format!(" ELSE ({doc} -> "));
+        qb.push_bind(path);
+        qb.push(") = ");
+        qb.push_bind(m.value.clone());
+        qb.push(" END");
+    }
+
+    /// SQLite does not check that TEXT is UTF-8, and a worker may bind bytes (a BLOB) to a
+    /// text column: with `lossy`, either is read as text, bytes that are not UTF-8
+    /// escaped (see [`escaped`]).
+    fn text(
+        row: &SqliteRow,
+        col: &str,
+        lossy: bool,
+    ) -> std::result::Result<Option<String>, sqlx::Error> {
+        if !lossy {
+            return row.try_get(col);
+        }
+        Ok(row.try_get::<Option<&[u8]>, _>(col)?.map(escaped))
+    }
+
+    fn int(row: &SqliteRow, col: &str) -> std::result::Result<i64, sqlx::Error> {
+        row.try_get(col)
+    }
+
+    fn time(row: &SqliteRow, col: &str) -> std::result::Result<Option<DateTime<Utc>>, sqlx::Error> {
+        // Every time is read through `Dialect::at`, so an INTEGER (or NULL).
+        Ok(row
+            .try_get::<Option<i64>, _>(col)?
+            .map(|v| from_int(v).unwrap_or_default()))
+    }
+
+    fn bytes<'r>(
+        row: &'r SqliteRow,
+        col: &str,
+    ) -> std::result::Result<Option<&'r [u8]>, sqlx::Error> {
+        row.try_get(col)
+    }
+
+    fn fetch<'e>(
+        conn: &'e mut SqliteConnection,
+        query: Query<'e, Self, <Self as sqlx::Database>::Arguments<'static>>,
+    ) -> BoxStream<'e, std::result::Result<SqliteRow, sqlx::Error>> {
+        query.fetch(conn)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escaped_bytes_come_back() {
+        let bytes = b"id-\xff\xfe-caf\xc3\xa9";
+        let shown = escaped(bytes);
+        assert_eq!(shown, "id-\\xff\\xfe-caf\u{e9}");
+        let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(unescape(&shown), Some(hex));
+        assert_eq!(unescape("plain"), None);
+    }
+}

@@ -1,0 +1,231 @@
+//! SQLite times, whatever storage class a worker wrote them in.
+//!
+//! dlq writes INTEGER microseconds since the epoch (UTC); the Python workers writing the
+//! same file store what their library chooses: SQLAlchemy's `DateTime` and the `sqlite3`
+//! adapter TEXT (`2026-12-01 13:41:34.334875`, with or without `T`, an offset or `Z`),
+//! `time.time()` a REAL, others INTEGER seconds or milliseconds. SQLite keeps each
+//! value as written, so every read, filter, ordering, plan selection and lease comparison
+//! goes through one expression, [`us!`], that turns any of them into INTEGER
+//! microseconds (NULL when it cannot be read). The rule, by storage class:
+//!
+//! - INTEGER by magnitude: below 1e11 seconds, below 1e14 milliseconds, below 1e17
+//!   microseconds, else nanoseconds (each unit's range starts in 1973 and ends in 5138);
+//! - REAL below 1e7 a Julian day number (SQLite's own `julianday()`), else as INTEGER
+//!   (epoch seconds from `time.time()`, with their fraction);
+//! - TEXT starting `YYYY-MM-DD`: SQLite's date syntax (`T` or space, optional seconds,
+//!   `Z` or `±HH:MM`), with up to nine fractional digits kept to the microsecond (SQLite's
+//!   own date functions keep milliseconds, so the fraction is read here);
+//! - anything else (other text, a BLOB) cannot be read: [`UNREADABLE`] says what is
+//!   stored, and the value counts as absent in comparisons (a lease that cannot be read
+//!   has lapsed), while `IS NULL` tests use the column itself, so an unreadable
+//!   `replayed_at` still means replayed.
+//!
+//! The indexes on `dead_lettered_at` are on this expression (migration 20261202000300),
+//! so ordering and `--since` stay index-backed; the expression there must stay the same.
+
+use chrono::{DateTime, Utc};
+
+/// The fractional digits (up to nine) of a SQLite text time, as text: the digits after
+/// the `.` at position 20 (`'1'` keeps leading zeros through the cast).
+macro_rules! frac {
+    ($c:literal) => {
+        concat!("substr(CAST('1' || substr(", $c, ", 21, 9) AS INTEGER), 2)")
+    };
+}
+
+/// Column `$c`, whatever its storage class, as INTEGER microseconds or NULL (see the
+/// module docs). Deterministic (no `now`: text must start with a date), so it can be
+/// indexed.
+macro_rules! us {
+    ($c:literal) => {
+        concat!(
+            "(CASE typeof(",
+            $c,
+            ") ",
+            "WHEN 'integer' THEN CASE WHEN abs(",
+            $c,
+            ") < 100000000000 THEN ",
+            $c,
+            " * 1000000 ",
+            "WHEN abs(",
+            $c,
+            ") < 100000000000000 THEN ",
+            $c,
+            " * 1000 ",
+            "WHEN abs(",
+            $c,
+            ") < 100000000000000000 THEN ",
+            $c,
+            " ELSE ",
+            $c,
+            " / 1000 END ",
+            "WHEN 'real' THEN CAST(ROUND(CASE WHEN abs(",
+            $c,
+            ") < 10000000.0 ",
+            "THEN (",
+            $c,
+            " - 2440587.5) * 86400000000.0 ",
+            "WHEN abs(",
+            $c,
+            ") < 100000000000.0 THEN ",
+            $c,
+            " * 1000000.0 ",
+            "WHEN abs(",
+            $c,
+            ") < 100000000000000.0 THEN ",
+            $c,
+            " * 1000.0 ",
+            "WHEN abs(",
+            $c,
+            ") < 100000000000000000.0 THEN ",
+            $c,
+            " ",
+            "ELSE ",
+            $c,
+            " / 1000.0 END) AS INTEGER) ",
+            "WHEN 'text' THEN CASE WHEN ",
+            $c,
+            " GLOB '[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9]*' ",
+            "THEN CASE WHEN substr(",
+            $c,
+            ", 20, 1) = '.' ",
+            "THEN unixepoch(substr(",
+            $c,
+            ", 1, 19) || substr(",
+            $c,
+            ", 21 + length(",
+            $crate::store::sqlite_time::frac!($c),
+            "))) * 1000000 ",
+            "+ CAST(substr(",
+            $crate::store::sqlite_time::frac!($c),
+            " || '000000', 1, 6) AS INTEGER) ",
+            "ELSE unixepoch(",
+            $c,
+            ") * 1000000 END END ",
+            "END)"
+        )
+    };
+}
+pub(crate) use {frac, us};
+
+/// The database clock in microseconds since the epoch (SQLite's clock has milliseconds).
+pub const NOW_US: &str =
+    "(CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER) * 1000)";
+
+pub const DEAD_LETTERED_AT: &str = us!("dead_lettered_at");
+pub const REPLAYED_AT: &str = us!("replayed_at");
+pub const LEASE_END: &str = us!("replay_claim_expires_at");
+pub const ATTEMPT_AT: &str = us!("replay_attempt_at");
+pub const DISCARDED_AT: &str = us!("discarded_at");
+pub const HISTORY_AT: &str = us!("at");
+
+/// The stored value of each time column that cannot be read, as a JSON object text
+/// (`{"replayed_at": "'yesterday'"}`, values as SQLite's `quote()` spells them), or NULL
+/// when all can. INTEGER and REAL values can always be read.
+pub const UNREADABLE: &str = concat!(
+    "CASE WHEN (typeof(dead_lettered_at) IN ('text', 'blob') AND ",
+    us!("dead_lettered_at"),
+    " IS NULL) ",
+    "OR (typeof(replayed_at) IN ('text', 'blob') AND ",
+    us!("replayed_at"),
+    " IS NULL) ",
+    "OR (typeof(replay_claim_expires_at) IN ('text', 'blob') AND ",
+    us!("replay_claim_expires_at"),
+    " IS NULL) ",
+    "OR (typeof(replay_attempt_at) IN ('text', 'blob') AND ",
+    us!("replay_attempt_at"),
+    " IS NULL) ",
+    "OR (typeof(discarded_at) IN ('text', 'blob') AND ",
+    us!("discarded_at"),
+    " IS NULL) ",
+    "THEN json_patch('{}', json_object(",
+    "'dead_lettered_at', CASE WHEN dead_lettered_at IS NOT NULL AND ",
+    us!("dead_lettered_at"),
+    " IS NULL THEN quote(dead_lettered_at) END, ",
+    "'replayed_at', CASE WHEN replayed_at IS NOT NULL AND ",
+    us!("replayed_at"),
+    " IS NULL THEN quote(replayed_at) END, ",
+    "'replay_claim_expires_at', CASE WHEN replay_claim_expires_at IS NOT NULL AND ",
+    us!("replay_claim_expires_at"),
+    " IS NULL THEN quote(replay_claim_expires_at) END, ",
+    "'replay_attempt_at', CASE WHEN replay_attempt_at IS NOT NULL AND ",
+    us!("replay_attempt_at"),
+    " IS NULL THEN quote(replay_attempt_at) END, ",
+    "'discarded_at', CASE WHEN discarded_at IS NOT NULL AND ",
+    us!("discarded_at"),
+    " IS NULL THEN quote(discarded_at) END",
+    ")) END"
+);
+
+pub fn to_us(t: DateTime<Utc>) -> i64 {
+    t.timestamp_micros()
+}
+
+/// An INTEGER time by the magnitude rule of the module docs (a normalised value is
+/// already microseconds and stays as it is).
+pub fn from_int(v: i64) -> Option<DateTime<Utc>> {
+    let us = match v.unsigned_abs() {
+        a if a < 100_000_000_000 => v.checked_mul(1_000_000)?,
+        a if a < 100_000_000_000_000 => v * 1000,
+        a if a < 100_000_000_000_000_000 => v,
+        _ => v / 1000,
+    };
+    DateTime::from_timestamp_micros(us)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::secret::SecretUrl;
+    use crate::store::{sqlite::SqliteStore, Backend, Store, StoreOptions};
+
+    /// The migration's indexes are on the same expression as the reads use: a list and a
+    /// filtered list are index scans, not a sort of the table.
+    #[tokio::test]
+    async fn the_reads_use_the_expression_indexes() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = SecretUrl::new(format!("sqlite://{}", dir.path().join("t.db").display()));
+        let opts = StoreOptions {
+            create: true,
+            ..StoreOptions::default()
+        };
+        let store = SqliteStore::connect(&url, &opts).await.unwrap();
+        store.migrate().await.unwrap();
+        for (filter, index) in [
+            ("", "dead_letters_at_idx"),
+            ("WHERE reason = 'r'", "dead_letters_reason_idx"),
+            ("WHERE eff_producer = 'p'", "dead_letters_producer_idx"),
+        ] {
+            let sql = format!(
+                "EXPLAIN QUERY PLAN SELECT id FROM dead_letters {filter} \
+                 ORDER BY {DEAD_LETTERED_AT} DESC, id LIMIT 50"
+            );
+            let rows = sqlx::query(&sql).fetch_all(store.pool()).await.unwrap();
+            let text: Vec<String> = rows
+                .iter()
+                .map(|r| sqlx::Row::get::<String, _>(r, "detail"))
+                .collect();
+            assert!(
+                text.iter().any(|d| d.contains(index))
+                    && !text.iter().any(|d| d.contains("TEMP B-TREE FOR ORDER BY")),
+                "{filter}: {text:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn integers_are_read_by_magnitude() {
+        let t = DateTime::parse_from_rfc3339("2026-12-01T13:41:34.334875Z").unwrap();
+        let t = t.with_timezone(&Utc);
+        assert_eq!(
+            from_int(t.timestamp()),
+            DateTime::from_timestamp(t.timestamp(), 0)
+        );
+        assert_eq!(
+            from_int(t.timestamp_millis()),
+            DateTime::from_timestamp_millis(t.timestamp_millis())
+        );
+        assert_eq!(from_int(t.timestamp_micros()), Some(t));
+        assert_eq!(from_int(t.timestamp_micros() * 1000), Some(t));
+    }
+}
