@@ -805,7 +805,8 @@ impl Publisher {
 
     /// One publish's outcome by the contract: a certain failure only where the broker
     /// surely holds no copy (returned as unroutable, or nacked on the default exchange,
-    /// whose route has exactly one queue); uncertain wherever a copy may exist.
+    /// whose route has exactly one queue, by a broker known to be one node); uncertain
+    /// wherever a copy may exist.
     fn judge(
         &self,
         target: &Target,
