@@ -139,14 +139,15 @@ fn plan_run_alongside_another_operator_never_publishes_twice() {
             &["replay", &format!("r{i:04}"), "--yes"],
             &[("DLQ_OPERATOR", "other")],
         );
-        assert!(r.code == 0 || r.code == 3, "{}", r.all());
+        // 6: it looked while the other's attempt was open (uncertain until settled).
+        assert!(matches!(r.code, 0 | 3 | 6), "{}", r.all());
         if r.code == 0 {
             by_hand += 1;
         }
     }
     let out = run.wait_with_output().unwrap();
     assert!(
-        matches!(out.status.code(), Some(0) | Some(3)),
+        matches!(out.status.code(), Some(0) | Some(3) | Some(6)),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
