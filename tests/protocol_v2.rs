@@ -189,8 +189,9 @@ fn one_hand_taken_token_publishes_at_most_once() {
         .collect();
     assert_eq!(rabbit.drain(&q).len(), 1, "one token, one publish");
     assert_eq!(runs.iter().filter(|r| r.code == 0).count(), 1);
+    // A loser that looks while the winner's attempt is open is told uncertain (6).
     for r in runs.iter().filter(|r| r.code != 0) {
-        assert_eq!(r.code, 3, "{}", r.all());
+        assert!(r.code == 3 || r.code == 6, "{}", r.all());
     }
     // The used token can do nothing more, not even release.
     let r = db.dlq(&["replay", "t1", "--token", &token, "--yes"]);
