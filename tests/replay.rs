@@ -586,6 +586,12 @@ fn a_replay_killed_before_its_confirm_is_uncertain_to_an_immediate_rerun() {
             );
             std::thread::sleep(Duration::from_millis(20));
         }
+        // While the run lives, it may still settle the row: resolve waits, on both stores.
+        let s = db.show("k1");
+        assert_eq!(s["state"], "uncertain", "{b:?}: {s}");
+        assert_eq!(s["settling"], "running", "{b:?}: {s}");
+        let r = db.dlq(&["resolve", "k1", "--not-delivered", "--note", "too early"]);
+        assert_eq!(r.code, 3, "{b:?}: the run is alive: {}", r.all());
         signal(&child, "KILL");
         child.wait().unwrap();
         let r = db.dlq(&["replay", "k1", "--yes"]);

@@ -42,6 +42,9 @@ pub struct PgStore {
     /// The session that holds this process's run locks: it ends with the process, and
     /// its locks with it, which is what lets `resolve` tell that a run is gone.
     run_lock: tokio::sync::Mutex<Option<PgConnection>>,
+    /// A pool of one connection (a one-shot command) is that session itself: a second
+    /// connection would only add its setup to a single replay.
+    one_session: bool,
 }
 
 /// The advisory lock key of a run lock: 64 bits of the token's SHA-256. Two tokens on
@@ -98,6 +101,7 @@ impl PgStore {
             options,
             connect_timeout: opts.connect_timeout,
             run_lock: tokio::sync::Mutex::new(None),
+            one_session: opts.max_connections == 1,
         })
     }
 }
@@ -560,6 +564,9 @@ impl Store for PgStore {
     }
 
     async fn open_run_lock(&self) {
+        if self.one_session {
+            return;
+        }
         let mut session = self.run_lock.lock().await;
         if session.is_none() {
             let connect = PgConnection::connect_with(&self.options);
@@ -570,6 +577,13 @@ impl Store for PgStore {
 
     async fn hold_run_lock(&self, token: &str) -> Option<i64> {
         let key = run_lock_key(token);
+        if self.one_session {
+            let got = sqlx::query_scalar::<_, bool>("SELECT pg_try_advisory_lock($1)")
+                .bind(key)
+                .fetch_one(&self.pool)
+                .await;
+            return got.ok().filter(|g| *g).map(|_| key);
+        }
         self.open_run_lock().await;
         let mut session = self.run_lock.lock().await;
         let conn = session.as_mut()?;
@@ -590,6 +604,11 @@ impl Store for PgStore {
     }
 
     async fn free_run_lock(&self, key: i64) {
+        if self.one_session {
+            let unlock = sqlx::query("SELECT pg_advisory_unlock($1)").bind(key);
+            let _ = unlock.execute(&self.pool).await;
+            return;
+        }
         if let Some(conn) = self.run_lock.lock().await.as_mut() {
             let _ = sqlx::query("SELECT pg_advisory_unlock($1)")
                 .bind(key)

@@ -939,3 +939,28 @@ impl SliceGate {
         self.rt.block_on(q.execute(&mut self.conn)).unwrap();
     }
 }
+
+/// The exit code of an outcome, as docs/exit-codes.md gives it.
+pub fn exit_of(outcome: &serde_json::Value) -> i32 {
+    match outcome.as_str().unwrap_or("") {
+        "replayed" => 0,
+        "not_replayed" => 3,
+        "not_found" => 4,
+        "publish_failed" => 5,
+        "uncertain" => 6,
+        "interrupted" => 130,
+        other => panic!("not an outcome: {other:?}"),
+    }
+}
+
+/// The summary line of a plan run (its last line of JSON).
+pub fn summary_of(r: &Run) -> serde_json::Value {
+    let lines = r.lines();
+    let last = lines
+        .last()
+        .unwrap_or_else(|| panic!("no summary: {}", r.all()));
+    let s = last["summary"].clone();
+    assert!(s.is_object(), "no summary: {}", r.all());
+    assert_eq!(exit_of(&s["worst"]), r.code, "worst is the exit code: {s}");
+    s
+}
