@@ -196,6 +196,12 @@ fn show_and_export_read_every_row_a_worker_wrote() {
     let r = db.dlq(&["show", "-o", "table", "py-unreadable-dla"]);
     assert!(r.stdout.contains("(unreadable)"), "{}", r.stdout);
 
+    // A BLOB id's history is its own, in show and in the export.
+    assert_eq!(db.dlq(&["note", "py-blob-id", "looked at it"]).code, 0);
+    assert_eq!(
+        db.show("py-blob-id")["history"][0]["detail"],
+        "looked at it"
+    );
     // The export of the whole table, one line per row, times to the microsecond.
     let r = db.dlq(&["export"]);
     assert_eq!(r.code, 0, "{}", r.all());
@@ -207,6 +213,10 @@ fn show_and_export_read_every_row_a_worker_wrote() {
         "2026-11-28T22:10:00.123456Z"
     );
     assert_eq!(exported("py-bytes-\\xff\\xfe")["error"], "bad \\xff byte");
+    assert_eq!(
+        exported("py-blob-id")["history"][0]["detail"],
+        "looked at it"
+    );
     assert_eq!(
         unb64(&exported("py-bytes-\\xff\\xfe")["body_base64"]),
         b"\x00\x01"
