@@ -12,7 +12,6 @@ mod identity;
 pub mod postgres;
 pub mod read;
 pub mod sqlite;
-mod sqlite_import;
 pub mod sqlite_open;
 pub mod sqlite_read;
 pub mod sqlite_time;

@@ -6,8 +6,7 @@
 //! ID sets are bound as one JSON array (`json_each`), so a batch needs one parameter.
 
 use super::identity::identity_hint;
-use super::read::{claimed_columns, claimed_row, push_where, Backend, Dialect};
-use super::sqlite_import::{self, Existing};
+use super::read::{claimed_columns, claimed_row, import_history, push_where, Backend, Dialect};
 use super::sqlite_open;
 use super::sqlite_read::{ids_json, in_ids};
 use super::sqlite_time::{to_us, LEASE_END, NOW_US};
@@ -211,12 +210,80 @@ impl Store for SqliteStore {
     }
 
     async fn import(&self, rows: Vec<NewDeadLetter>, skip_existing: bool) -> Result<ImportReport> {
-        let existing = match skip_existing {
-            true => Existing::Skip,
-            false => Existing::Refuse,
-        };
-        let mut conn = self.pool.acquire().await.map_err(self.err())?;
-        sqlite_import::import(&mut conn, rows, existing, &self.err()).await
+        let mut tx = self.begin_write().await?;
+        let mut report = ImportReport::default();
+        let sql = format!(
+            "INSERT {} INTO dead_letters (id, body, reason, attempts, headers_json, replayed_at, \
+             replay_claim_owner, replay_claim_expires_at, last_replay_error, event_id, error, \
+             producer, schema_version, source_queue, exchange, routing_key, dead_lettered_at, \
+             replay_attempt_at, discarded_at, discard_note, eff_producer, eff_schema_version, \
+             eff_event_id) \
+             VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,COALESCE(?17, {NOW_US}), \
+             ?18,?19,?20,?21,?22,?23)",
+            if skip_existing { "OR IGNORE" } else { "" }
+        );
+        for mut r in rows {
+            let [eff_producer, eff_schema_version, eff_event_id] = hint(&r);
+            let res = sqlx::query(sql.as_str())
+                .bind(&r.id)
+                // Moved, not copied: a body may be tens of MiB.
+                .bind(std::mem::take(&mut r.body))
+                .bind(&r.reason)
+                .bind(r.attempts)
+                .bind(&r.headers_json)
+                .bind(r.replayed_at.map(to_us))
+                .bind(&r.replay_claim_owner)
+                .bind(r.replay_claim_expires_at.map(to_us))
+                .bind(&r.last_replay_error)
+                .bind(&r.event_id)
+                .bind(&r.error)
+                .bind(&r.producer)
+                .bind(&r.schema_version)
+                .bind(&r.source_queue)
+                .bind(&r.exchange)
+                .bind(&r.routing_key)
+                .bind(r.dead_lettered_at.map(to_us))
+                .bind(r.replay_attempt_at.map(to_us))
+                .bind(r.discarded_at.map(to_us))
+                .bind(&r.discard_note)
+                .bind(eff_producer)
+                .bind(eff_schema_version)
+                .bind(eff_event_id)
+                .execute(&mut *tx)
+                .await;
+            match res {
+                Ok(done) if done.rows_affected() == 0 => report.skipped_existing += 1,
+                Ok(_) => {
+                    report.imported += 1;
+                    import_history::<Sqlite>(&mut tx, &r).await.map_err(|e| {
+                        DlqError::other(format!(
+                            "line {}: {} (nothing was imported)",
+                            r.line,
+                            self.err()(e)
+                        ))
+                    })?;
+                }
+                Err(e)
+                    if e.as_database_error()
+                        .map(|d| d.is_unique_violation())
+                        .unwrap_or(false) =>
+                {
+                    return Err(DlqError::usage(format!(
+                        "line {}: field id: a dead letter with id {:?} already exists (nothing was imported; use --skip-existing to keep the existing rows)",
+                        r.line, r.id
+                    )));
+                }
+                Err(e) => {
+                    return Err(DlqError::other(format!(
+                        "line {}: {} (nothing was imported)",
+                        r.line,
+                        self.err()(e)
+                    )))
+                }
+            }
+        }
+        tx.commit().await.map_err(self.err())?;
+        Ok(report)
     }
 
     async fn claim(
@@ -551,7 +618,7 @@ impl Store for SqliteStore {
 
 /// The identity values the triggers will derive, given with the INSERT so that they do
 /// not write the row a second time (see [`identity_hint`]).
-pub(crate) fn hint(r: &NewDeadLetter) -> [Option<String>; 3] {
+fn hint(r: &NewDeadLetter) -> [Option<String>; 3] {
     identity_hint(
         [
             r.producer.as_deref(),

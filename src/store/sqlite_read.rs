@@ -103,7 +103,7 @@ impl Dialect for Sqlite {
          'detail', h.detail, 'token', h.token, 'token_ref', h.token_ref, 'target', h.target, \
          'plan_id', h.plan_id)) \
          FROM (SELECT * FROM dead_letter_history \
-               WHERE dead_letter_id = dead_letters.id ORDER BY seq) h)"
+               WHERE dead_letter_id = CAST(dead_letters.id AS TEXT) ORDER BY seq) h)"
     );
     // In WAL mode one statement never blocks a writer: no transaction needed.
     const UNBOUNDED: Option<&'static str> = None;
