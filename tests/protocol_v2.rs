@@ -275,6 +275,39 @@ fn a_nack_on_the_default_exchange_of_one_node_is_a_certain_failure() {
     );
 }
 
+/// A queue with `x-overflow: reject-publish-dlx` nacks a publish AND dead-letters the
+/// message, so a nack is no proof that nothing went out: `--broker-topology single` says
+/// the broker's queues drop what they refuse (docs/cluster.md), and without it such a nack
+/// is uncertain. Once broke (review of the topology change): nothing said this, and a
+/// release left the event both pending and in the dead-letter queue.
+#[test]
+fn a_nack_that_may_have_dead_lettered_the_message_is_uncertain_by_default() {
+    let mut rabbit = Rabbit::new();
+    let dead = rabbit.queue("dlq_v2_dlx_dead");
+    let mut args = FieldTable::default();
+    args.insert("x-max-length".into(), AMQPValue::LongLongInt(0));
+    args.insert(
+        "x-overflow".into(),
+        AMQPValue::LongString("reject-publish-dlx".into()),
+    );
+    args.insert("x-dead-letter-exchange".into(), AMQPValue::LongString("".into()));
+    args.insert(
+        "x-dead-letter-routing-key".into(),
+        AMQPValue::LongString(dead.as_str().into()),
+    );
+    let target = rabbit.queue_with("dlq_v2_dlx_target", args);
+    let db = TestDb::migrated(Backend::Postgres);
+    db.add(letter("dlx-1", &target, b"{\"event_id\":\"evt-dlx-1\"}"));
+    let r = db.dlq(&["replay", "dlx-1", "--yes"]);
+    assert_eq!(r.code, 6, "{}", r.all());
+    assert_eq!(db.show("dlx-1")["state"], "uncertain");
+    // The message did go out, into the dead-letter queue: uncertain was the truth.
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(rabbit.drain(&dead).len(), 1);
+    let detail = r.json()["detail"].as_str().unwrap_or_default().to_string();
+    assert!(detail.contains("--broker-topology single"), "{detail}");
+}
+
 #[test]
 fn a_nack_on_the_default_exchange_in_a_cluster_is_uncertain() {
     // In a cluster, RabbitMQ nacks what it routed to a queue whose node went down, even
