@@ -449,7 +449,20 @@ fn a_plan_killed_and_rerun_at_once_reports_every_open_attempt_uncertain() {
     let path = plan.path().to_str().unwrap().to_string();
     let mut child = db
         .cmd()
-        .args(["replay", "--plan", &path, "--yes", "--rate", "300/s"])
+        .args([
+            "--connect-timeout",
+            "2s",
+            "replay",
+            "--plan",
+            &path,
+            "--yes",
+            "--rate",
+            "300/s",
+            "--confirm-timeout",
+            "2s",
+            "--lease",
+            "20s",
+        ])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -466,6 +479,14 @@ fn a_plan_killed_and_rerun_at_once_reports_every_open_attempt_uncertain() {
     child.wait().unwrap();
     let open = open_attempts(&db);
     assert!(!open.is_empty(), "killed mid-chunk");
+    // A killed run is no proof that it is gone: resolve waits for its lease, naming the time.
+    let s = db.show(&open[0]);
+    assert_eq!(s["settling"], "running", "{s}");
+    let until = s["settling_until"].as_str().unwrap().to_string();
+    let r = db.dlq(&["resolve", &open[0], "--delivered", "--note", "too early"]);
+    assert_eq!(r.code, 3, "{}", r.all());
+    let detail = r.json()["detail"].as_str().unwrap().to_string();
+    assert!(detail.contains(&until[..16]), "{detail}");
     let r = db.dlq(&["replay", "--plan", &path, "--yes"]);
     assert_eq!(r.code, 6, "{}", r.all());
     let lines = r.lines();
@@ -483,11 +504,14 @@ fn a_plan_killed_and_rerun_at_once_reports_every_open_attempt_uncertain() {
     for (id, n) in per_id(&rabbit.drain(&q)) {
         assert_eq!(n, 1, "{id} delivered twice");
     }
-    // The killed run's session ended with it, and its run lock: resolve may decide now,
-    // though the lease still runs.
-    let s = db.show(&open[0]);
-    assert_eq!(s["settling"], "run_gone", "{s}");
-    assert!(s["replay_claim_expires_at"].is_string());
+    // Once the killed run's lease has ended, resolve decides.
+    while db.show(&open[0])["settling"] == "running" {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "lease never ended"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
     let r = db.dlq(&[
         "resolve",
         &open[0],
