@@ -222,11 +222,10 @@ pub struct Summary {
 /// Who may still settle an `uncertain` row (docs/replay-protocol.md, "Settling").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Settling {
-    /// The run that attempted it may still settle it, until its lease ends.
+    /// The run that attempted it may still settle it, until its lease ends. Nothing
+    /// short of that end shows the run gone: one that lost its database connection lives
+    /// on, retrying its mark.
     Running { until: DateTime<Utc> },
-    /// Its lease still runs, but the run that attempted it is provably gone (on
-    /// PostgreSQL: the run lock it held with its own database session is free).
-    RunGone,
     /// A claim by a tool older than this schema (dlq v1), carried over by `dlq migrate`:
     /// nobody holds its token.
     V1Claim,
@@ -250,19 +249,17 @@ impl Settling {
 }
 
 impl Summary {
-    /// Who may still settle this row, if it is `uncertain`; `run_gone`: the store proved
-    /// that the attempting run is gone.
-    pub fn settling(&self, now: DateTime<Utc>, run_gone: bool) -> Option<Settling> {
+    /// Who may still settle this row, if it is `uncertain`.
+    pub fn settling(&self, now: DateTime<Utc>) -> Option<Settling> {
         if self.state != State::Uncertain {
             return None;
         }
         let live = self.replay_claim_owner.is_some()
             && self.replay_claim_expires_at.is_some_and(|t| t > now);
-        Some(match (self.v1_claim, live, run_gone) {
-            (true, _, _) => Settling::V1Claim,
-            (false, false, _) => Settling::Ended,
-            (false, true, true) => Settling::RunGone,
-            (false, true, false) => Settling::Running {
+        Some(match (self.v1_claim, live) {
+            (true, _) => Settling::V1Claim,
+            (false, false) => Settling::Ended,
+            (false, true) => Settling::Running {
                 until: self.replay_claim_expires_at.unwrap_or(now),
             },
         })

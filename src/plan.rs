@@ -239,6 +239,9 @@ struct Shared<F> {
     in_flight: usize,
     failures: usize,
     replayed: usize,
+    /// Why a worker could not go on (the first such error): the run's end decides whether
+    /// it is the run's error or a stop with a summary (see [`Run::cannot_go_on`]).
+    failed: Option<DlqError>,
     on_item: F,
 }
 
@@ -255,6 +258,32 @@ impl<F> Shared<F> {
         };
         room.min(opts.batch_size.max(1))
             .min(self.summary.total - self.next)
+    }
+
+    /// The run's end, once every worker has settled what it had in flight: only now is
+    /// it known whether anything came of a run that could not go on (another worker's
+    /// batch may have been out, unconfirmed, when one worker's claim failed).
+    fn end(mut self, interrupted: bool) -> Result<RunSummary> {
+        if let Some(e) = self.failed.take() {
+            if self.summary.done == 0 {
+                return Err(e);
+            }
+            self.summary.stop_unavailable(
+                Unavailable::Database,
+                format!(
+                    "the database could not be used ({}); stopping: the items not reached were not published",
+                    crate::replay::cause_text(&e)
+                ),
+            );
+        }
+        if interrupted && self.summary.done < self.summary.total {
+            self.summary.stop(
+                StopReason::Interrupted,
+                "interrupted; the items in flight were settled".into(),
+            );
+        }
+        self.summary.close();
+        Ok(self.summary)
     }
 }
 
@@ -286,6 +315,7 @@ pub async fn run_plan(
         in_flight: 0,
         failures: 0,
         replayed: 0,
+        failed: None,
         on_item,
     });
     let run = Run {
@@ -306,24 +336,12 @@ pub async fn run_plan(
             false => make_broker(),
         };
         broker.connect_early();
-        let result = run.worker(&mut broker).await;
+        run.worker(&mut broker).await;
         broker.close().await;
-        result
     };
-    let results = futures_util::future::join_all((0..opts.workers.max(1)).map(|_| worker())).await;
-    let mut shared = shared.into_inner().unwrap_or_else(|e| e.into_inner());
-    if shared.summary.stopped.is_none()
-        && interrupted.load(Ordering::SeqCst)
-        && shared.summary.done < shared.summary.total
-    {
-        shared.summary.stopped = Some(StopReason::Interrupted);
-        shared.summary.stop_detail = Some("interrupted; the items in flight were settled".into());
-    }
-    for r in results {
-        r?;
-    }
-    shared.summary.close();
-    Ok(shared.summary)
+    futures_util::future::join_all((0..opts.workers.max(1)).map(|_| worker())).await;
+    let shared = shared.into_inner().unwrap_or_else(|e| e.into_inner());
+    shared.end(interrupted.load(Ordering::SeqCst))
 }
 
 /// One run of a plan, shared by its workers.
@@ -378,7 +396,7 @@ impl<F: FnMut(&ItemReport, &RunSummary)> Run<'_, F> {
         }
     }
 
-    async fn worker(&self, broker: &mut Broker) -> Result<()> {
+    async fn worker(&self, broker: &mut Broker) {
         while let Some(items) = self.take().await {
             let switches = broker.switches;
             let result = replay_batch(
@@ -418,50 +436,31 @@ impl<F: FnMut(&ItemReport, &RunSummary)> Run<'_, F> {
             }
             self.settled.notify_waiters();
             if self.stopping() {
-                return Ok(());
+                return;
             }
             if let Err(e) = self.came_back(&reports).await {
                 return self.cannot_go_on(0, e);
             }
         }
-        Ok(())
     }
 
     /// The database failed a batch before it published anything (its claim), or the
-    /// come-back check: a run that has sent nothing yet fails (exit 1); one that has
-    /// stops as `unavailable`, with its summary, the batch's items not reached.
-    fn cannot_go_on(&self, taken: usize, e: DlqError) -> Result<()> {
-        let sent = {
+    /// come-back check: the run stops taking items, and the other workers settle what
+    /// they have in flight. Whether that makes the run fail (nothing came of it: exit 1)
+    /// or stop as `unavailable` with its summary is decided once they all have (in
+    /// [`run_plan`]): at this point another worker's batch may be out, unconfirmed.
+    fn cannot_go_on(&self, taken: usize, e: DlqError) {
+        {
             let mut sh = self.lock();
             sh.in_flight -= taken;
-            sh.summary.done > 0
-        };
-        self.settled.notify_waiters();
-        if !sent {
-            self.stop.store(true, Ordering::SeqCst);
-            return Err(e);
+            sh.failed.get_or_insert(e);
         }
-        self.stop_unavailable(
-            Unavailable::Database,
-            format!(
-                "the database could not be used ({}); stopping: the items not reached were not published",
-                crate::replay::cause_text(&e)
-            ),
-        );
-        Ok(())
+        self.stop.store(true, Ordering::SeqCst);
+        self.settled.notify_waiters();
     }
 
     fn stop_unavailable(&self, what: Unavailable, detail: String) {
-        self.lock().summary.unavailable.get_or_insert(what);
-        self.stop_because(StopReason::Unavailable, detail);
-    }
-
-    fn stop_because(&self, why: StopReason, detail: String) {
-        let mut sh = self.lock();
-        if sh.summary.stopped.is_none() {
-            sh.summary.stopped = Some(why);
-            sh.summary.stop_detail = Some(detail);
-        }
+        self.lock().summary.stop_unavailable(what, detail);
         self.stop.store(true, Ordering::SeqCst);
     }
 

@@ -176,8 +176,7 @@ pub async fn replay_batch(
     stop: &AtomicBool,
 ) -> Result<BatchOutcome> {
     let mut batch = Batch::new(items, opts);
-    let (claimed, ()) = tokio::join!(batch.claim(store), store.open_run_lock());
-    claimed?;
+    batch.claim(store).await?;
     batch.check(store).await;
     let (sent, turn) = batch.attempt_and_send(store, broker, stop).await;
     let results = match broker.publisher() {
@@ -187,7 +186,7 @@ pub async fn replay_batch(
     drop(turn);
     batch.settle(store, results).await;
     batch.record(store).await;
-    batch.finish(store).await;
+    batch.finish();
     let gave_up = batch.gave_up.clone();
     Ok(BatchOutcome {
         reports: batch.into_reports(),
@@ -223,11 +222,6 @@ struct Batch<'a> {
     reports: HashMap<String, ItemReport>,
     /// Entries not written with their step (refusals), appended at the end.
     history: Vec<NewHistory>,
-    /// The run locks held for this batch's attempts (freed once they are settled).
-    locks: Vec<i64>,
-    /// A publish may still be on its way out of this process: its lease and run lock
-    /// stay.
-    stalled: bool,
     /// Why the database is given up on for the rest of this batch: a write was retried
     /// for the settle timeout, or a signal ended the wait. Later writes are not tried.
     gave_up: Option<String>,
@@ -255,8 +249,6 @@ impl<'a> Batch<'a> {
             lease_end: Instant::now(),
             reports: HashMap::new(),
             history: Vec::new(),
-            locks: Vec::new(),
-            stalled: false,
             gave_up: None,
             not_recorded: 0,
         }
@@ -343,7 +335,7 @@ impl<'a> Batch<'a> {
             let (outcome, detail) = match found.get(&id) {
                 None => (Outcome::NotFound, format!("no dead letter with id {id:?}")),
                 Some(row) => {
-                    let why = why_unavailable(row, now, false);
+                    let why = why_unavailable(row, now);
                     let why = match &self.opts.token {
                         Some(_) if row.state == State::Claimed || row.state == State::Uncertain => {
                             format!("the token does not hold it (or was already used): {why}")
@@ -510,24 +502,20 @@ impl<'a> Batch<'a> {
                 e
             })
             .collect();
-        let lock = store.hold_run_lock(&new).await;
-        self.locks.extend(lock);
         let started = Instant::now();
-        let attempted: HashSet<String> = match store
-            .attempt(&ids, &token, &new, outlive, lock, &entries)
-            .await
-        {
-            Ok(a) => a.into_iter().collect(),
-            Err(e) => {
-                // It may have committed: undo with either token (nothing was sent).
-                let why = format!("recording the attempt failed ({e}); nothing was published");
-                self.release(store, &ids, &new, Outcome::NotReplayed, &why)
-                    .await;
-                self.release(store, &ids, &token, Outcome::NotReplayed, &why)
-                    .await;
-                return false;
-            }
-        };
+        let attempted: HashSet<String> =
+            match store.attempt(&ids, &token, &new, outlive, &entries).await {
+                Ok(a) => a.into_iter().collect(),
+                Err(e) => {
+                    // It may have committed: undo with either token (nothing was sent).
+                    let why = format!("recording the attempt failed ({e}); nothing was published");
+                    self.release(store, &ids, &new, Outcome::NotReplayed, &why)
+                        .await;
+                    self.release(store, &ids, &token, Outcome::NotReplayed, &why)
+                        .await;
+                    return false;
+                }
+            };
         if wait_turn && !attempted.is_empty() {
             *turn = broker.turn(stop).await;
         }
@@ -615,7 +603,6 @@ impl<'a> Batch<'a> {
                 }
                 PublishResult::Uncertain(why) | PublishResult::Stalled(why) => {
                     let in_flight = matches!(result_kind, Kind::Stalled);
-                    self.stalled |= in_flight;
                     let event = self.rows[&id].summary.event_id.clone();
                     let why = format!(
                         "{why}; check the consumers' receipts for event {}, then `dlq resolve {id} --delivered|--not-delivered`{}",

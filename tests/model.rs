@@ -251,7 +251,7 @@ async fn check(h: &Harness, ops: Vec<Op>) -> Result<(), TestCaseError> {
                 let outlive = Duration::from_secs(outlive_min * 60);
                 let got = h
                     .store
-                    .attempt(&ids, &token, &new, outlive, None, &[])
+                    .attempt(&ids, &token, &new, outlive, &[])
                     .await
                     .unwrap();
                 let expect = model.holds(&token)

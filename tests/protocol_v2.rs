@@ -540,7 +540,7 @@ fn resolve_refuses_while_a_replay_may_still_be_publishing() {
     assert_eq!(token.code, 0);
     db.sql(&["UPDATE dead_letters SET replay_attempt_at = now(), replay_claim_owner = 'ghost:1' WHERE id = 'p1'"]);
     // Uncertain at once, whatever its lease: its run may still settle it until the
-    // lease ends, and nothing shows that run is gone (it recorded no run lock).
+    // lease ends, and nothing short of that end shows that run is gone.
     let s = db.show("p1");
     assert_eq!(s["state"], "uncertain", "an open attempt");
     assert_eq!(s["settling"], "running");

@@ -342,12 +342,9 @@ mod lost_reply {
             token: &str,
             new_token: &str,
             outlive: Duration,
-            lock: Option<i64>,
             h: &[NewHistory],
         ) -> Result<Vec<String>> {
-            self.inner
-                .attempt(ids, token, new_token, outlive, lock, h)
-                .await
+            self.inner.attempt(ids, token, new_token, outlive, h).await
         }
         async fn mark_replayed(
             &self,

@@ -42,13 +42,6 @@ impl StepReport {
         prefix: &str,
     ) -> Result<Self> {
         let rows = store.summaries(&[id.to_string()]).await?;
-        let gone = match rows.first() {
-            Some(r) if r.state == State::Uncertain => !store
-                .runs_gone(std::slice::from_ref(&r.id))
-                .await?
-                .is_empty(),
-            _ => false,
-        };
         Ok(match rows.first() {
             None => StepReport::new(
                 id,
@@ -62,7 +55,7 @@ impl StepReport {
                     (Outcome::NotClaimed, State::Uncertain) => Outcome::Uncertain,
                     _ => outcome,
                 },
-                format!("{prefix}{}", why_unavailable(row, store.now().await?, gone)),
+                format!("{prefix}{}", why_unavailable(row, store.now().await?)),
             ),
         })
     }
@@ -254,7 +247,7 @@ where
                     Some(row) => {
                         let why = match row.state {
                             State::Pending => "it is pending".to_string(),
-                            _ => why_unavailable(row, store.now().await?, false),
+                            _ => why_unavailable(row, store.now().await?),
                         };
                         StepReport::new(id, change.not_done, format!("{}{why}", change.refused))
                     }

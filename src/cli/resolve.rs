@@ -1,9 +1,10 @@
 //! `dlq resolve`: the operator's decision on `uncertain` dead letters, after checking the
 //! consumers: `--delivered` marks them replayed, `--not-delivered` makes them `pending`
-//! again. Only rows that no run can still settle are resolved (the lease has ended, the
-//! attempting run is provably gone, or the claim was dlq v1's), so no replay can still
-//! be settling one; a refusal names until when. The decision and its note go into the
-//! history.
+//! again. Only rows that no run can still settle are resolved (the lease has ended, or
+//! the claim was dlq v1's), so no replay can still be settling one; a refusal names until
+//! when. A run that looks gone is no proof: one that lost its database connection lives
+//! on, retrying its mark for `--settle-timeout`. The decision and its note go
+//! into the history.
 
 use super::filters::FilterArgs;
 use super::output::thousands;

@@ -5,7 +5,7 @@ use super::report::{emit, StepReport};
 use super::Result;
 use super::{Ctx, Format};
 use clap::Args;
-use dlq::model::{validate_id, DeadLetter, HistoryEntry, Outcome, Settling, State, Summary};
+use dlq::model::{validate_id, DeadLetter, HistoryEntry, Outcome, Settling, Summary};
 use dlq::sanitize::{line, markdown_cell};
 use serde::Serialize;
 
@@ -27,8 +27,7 @@ struct ShowJson<'a> {
     body_bytes: usize,
     /// While the run that attempted an uncertain row may still settle it: its lease end.
     settling_until: Option<chrono::DateTime<chrono::Utc>>,
-    /// Of an uncertain row: who may still settle it (`running`, `run_gone`, `v1_claim`,
-    /// `ended`).
+    /// Of an uncertain row: who may still settle it (`running`, `v1_claim`, `ended`).
     settling: Option<&'static str>,
     history: &'a [HistoryEntry],
 }
@@ -36,7 +35,6 @@ struct ShowJson<'a> {
 fn settling_name(s: Settling) -> &'static str {
     match s {
         Settling::Running { .. } => "running",
-        Settling::RunGone => "run_gone",
         Settling::V1Claim => "v1_claim",
         Settling::Ended => "ended",
     }
@@ -57,14 +55,7 @@ pub async fn run(ctx: &Ctx, args: ShowArgs) -> Result<u8> {
         return Ok(emit(ctx, &r));
     };
     let history = store.history(&args.id).await?;
-    let run_gone = match row.summary.state {
-        State::Uncertain => !store
-            .runs_gone(std::slice::from_ref(&args.id))
-            .await?
-            .is_empty(),
-        _ => false,
-    };
-    let settling = row.summary.settling(row.db_now, run_gone);
+    let settling = row.summary.settling(row.db_now);
     store.close().await;
     match ctx.format {
         Format::Json => ctx.out.json(&ShowJson {
@@ -157,11 +148,6 @@ fn fields(row: &DeadLetter, settling: Option<Settling>) -> Vec<(&'static str, St
                 "{} (the run that attempted it may still settle it; `dlq resolve` waits until then)",
                 time(until)
             ),
-        ),
-        Some(Settling::RunGone) => kv(
-            "settling:",
-            "the run that attempted it is gone (its run lock is free): `dlq resolve` may decide now"
-                .into(),
         ),
         Some(Settling::V1Claim) => kv(
             "settling:",

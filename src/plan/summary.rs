@@ -83,6 +83,20 @@ impl RunSummary {
             .unwrap_or(crate::exit::OK)
     }
 
+    /// Says why the run stopped, unless an earlier reason was said.
+    pub(super) fn stop(&mut self, why: StopReason, detail: String) {
+        if self.stopped.is_none() {
+            self.stopped = Some(why);
+            self.stop_detail = Some(detail);
+        }
+    }
+
+    /// Stops as `unavailable` because `what` was gone (the first thing found gone stays).
+    pub(super) fn stop_unavailable(&mut self, what: Unavailable, detail: String) {
+        self.unavailable.get_or_insert(what);
+        self.stop(StopReason::Unavailable, detail);
+    }
+
     /// The end of a run: the items not reached count as `not_replayed`, and `worst` is
     /// the outcome of the exit code.
     pub(super) fn close(&mut self) {

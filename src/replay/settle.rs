@@ -216,9 +216,8 @@ impl<'a> Batch<'a> {
         }
     }
 
-    /// The end of the batch: say once what could not be recorded, and give up the run
-    /// locks of settled rows (a stalled publish keeps them, as it keeps its lease).
-    pub(super) async fn finish(&mut self, store: &dyn Store) {
+    /// The end of the batch: say once what could not be recorded.
+    pub(super) fn finish(&mut self) {
         if self.not_recorded > 0 {
             let cause = self.gave_up.clone().unwrap_or_default();
             let n = Notice::NotRecorded {
@@ -226,12 +225,6 @@ impl<'a> Batch<'a> {
                 cause,
             };
             self.opts.notices.send(&n);
-        }
-        if self.stalled || self.gave_up.is_some() {
-            return;
-        }
-        for key in std::mem::take(&mut self.locks) {
-            store.free_run_lock(key).await;
         }
     }
 

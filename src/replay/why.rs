@@ -8,8 +8,7 @@ pub(super) fn fmt_time(t: DateTime<Utc>) -> String {
 }
 
 /// Why a row cannot be claimed (or is no longer the caller's), for the operator.
-/// `run_gone`: the store proved that the run that attempted it is gone.
-pub fn why_unavailable(row: &Summary, now: DateTime<Utc>, run_gone: bool) -> String {
+pub fn why_unavailable(row: &Summary, now: DateTime<Utc>) -> String {
     let by = row.replay_claim_owner.as_deref().unwrap_or("unknown");
     let at = row.replay_attempt_at.map(fmt_time).unwrap_or_default();
     let error = row
@@ -26,14 +25,11 @@ pub fn why_unavailable(row: &Summary, now: DateTime<Utc>, run_gone: bool) -> Str
             row.discarded_at.map(fmt_time).unwrap_or_default(),
             row.discard_note.as_deref().unwrap_or("")
         ),
-        State::Uncertain => match row.settling(now, run_gone) {
+        State::Uncertain => match row.settling(now) {
             Some(Settling::Running { until }) => format!(
                 "uncertain: a replay by {by} attempted it at {at} and may have published it; that run may still settle it until {} ({}s left): then check the consumers and `dlq resolve`",
                 fmt_time(until),
                 (until - now).num_seconds().max(0)
-            ),
-            Some(Settling::RunGone) => format!(
-                "uncertain: a replay by {by} at {at} may have published it ({error}), and that run is gone; check the consumers, then `dlq resolve`"
             ),
             Some(Settling::V1Claim) => format!(
                 "uncertain: claimed by a tool older than this schema (dlq v1, {by}, lease until {}): a replay may have been published before the upgrade, and nobody holds its claim now; check the consumers, then `dlq resolve`",

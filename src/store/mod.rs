@@ -178,15 +178,12 @@ pub trait Store: Reads {
     /// open and the lease outlives `outlive` on the database clock, records the attempt
     /// and swaps the token for `new_token`. Returns the IDs attempted: only these may be
     /// published.
-    /// `lock`: the key of the run lock ([`Store::hold_run_lock`]) held for `new_token`,
-    /// recorded with the attempt so that `resolve` can tell when the run is gone.
     async fn attempt(
         &self,
         ids: &[String],
         token: &str,
         new_token: &str,
         outlive: Duration,
-        lock: Option<i64>,
         history: &[NewHistory],
     ) -> Result<Vec<String>>;
     /// Protocol step 4: marks replayed where `token` holds an attempted, unreplayed row.
@@ -221,8 +218,10 @@ pub trait Store: Reads {
         history: &[NewHistory],
     ) -> Result<Vec<String>>;
     /// Protocol step 7: an operator's decision on `uncertain` rows whose attempting run
-    /// can no longer settle them (its lease has ended, its run lock is free, or the claim
-    /// was a v1 tool's): `delivered` marks them replayed, else they go back to `pending`.
+    /// can no longer settle them (its lease has ended, or the claim was a v1 tool's):
+    /// `delivered` marks them replayed, else they go back to `pending`. A run that seems
+    /// gone may still be settling: only the lease's end tells (docs/replay-protocol.md,
+    /// "Settling").
     /// Returns the IDs resolved.
     async fn resolve(
         &self,
@@ -231,22 +230,6 @@ pub trait Store: Reads {
         history: &[NewHistory],
     ) -> Result<Vec<String>>;
     async fn append_history(&self, entries: &[NewHistory]) -> Result<()>;
-    /// The attempting run's proof of life (docs/replay-protocol.md, "Settling"): a lock
-    /// for `token` that lasts as long as this process's own database session. `None`:
-    /// this store has none (or it could not be taken); the lease is then the only word.
-    async fn hold_run_lock(&self, _token: &str) -> Option<i64> {
-        None
-    }
-    /// Opens the session of the run locks ahead of the first attempt, so that its setup
-    /// overlaps other work (the claim).
-    async fn open_run_lock(&self) {}
-    /// Gives up a lock of [`Store::hold_run_lock`] once its rows are settled.
-    async fn free_run_lock(&self, _key: i64) {}
-    /// Of these uncertain rows whose lease still runs, those whose attempting run is
-    /// provably gone (its run lock is free).
-    async fn runs_gone(&self, _ids: &[String]) -> Result<Vec<String>> {
-        Ok(Vec::new())
-    }
     async fn close(&self);
 
     /// `dlq capture`: inserts the rows in one transaction, skipping each redelivered one
@@ -488,16 +471,9 @@ pub(crate) fn state_case(now: &str, lease_end: &str) -> String {
 
 /// An uncertain row that no run can still settle, so `resolve` may decide it: its lease
 /// has ended (`now`, `lease_end` as in [`state_predicate_at`]), or its claim was a v1
-/// tool's (`v1_token`: the dialect's test of the token `dlq migrate` gave it), or `proof`
-/// (the dialect's run-lock test) says its run is gone.
-pub(crate) fn unsettleable(
-    now: &str,
-    lease_end: &str,
-    v1_token: &str,
-    proof: Option<&str>,
-) -> String {
-    let proof = proof.map(|p| format!(" OR {p}")).unwrap_or_default();
-    format!("(NOT {} OR {v1_token}{proof})", lease_live(now, lease_end))
+/// tool's (`v1_token`: the dialect's test of the token `dlq migrate` gave it).
+pub(crate) fn unsettleable(now: &str, lease_end: &str, v1_token: &str) -> String {
+    format!("(NOT {} OR {v1_token})", lease_live(now, lease_end))
 }
 
 /// Whether a claim token is one `dlq migrate` gave a v1 claim (`OPERATOR:v1-HEX`): a

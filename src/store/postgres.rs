@@ -17,7 +17,7 @@ use futures_util::stream::BoxStream;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions, PgRow};
 use sqlx::query::Query;
 use sqlx::Postgres;
-use sqlx::{ConnectOptions, Connection, QueryBuilder, Row};
+use sqlx::{ConnectOptions, QueryBuilder, Row};
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -29,29 +29,8 @@ const NOW: &str = "now()";
 /// token of this dlq ends in `:` and a UUID, so never matches.
 const V1_TOKEN: &str = "right(replay_claim_owner, 40) LIKE ':v1-%'";
 
-/// The attempting run is gone: it recorded a run lock with its attempt and nobody holds
-/// that lock now (taking it for this transaction proves it; see `hold_run_lock`).
-const RUN_GONE: &str =
-    "(replay_attempt_lock IS NOT NULL AND pg_try_advisory_xact_lock(replay_attempt_lock))";
-
 pub struct PgStore {
     pool: PgPool,
-    /// For the run lock's own session (see `hold_run_lock`).
-    options: PgConnectOptions,
-    connect_timeout: Duration,
-    /// The session that holds this process's run locks: it ends with the process, and
-    /// its locks with it, which is what lets `resolve` tell that a run is gone.
-    run_lock: tokio::sync::Mutex<Option<PgConnection>>,
-    /// A pool of one connection (a one-shot command) is that session itself: a second
-    /// connection would only add its setup to a single replay.
-    one_session: bool,
-}
-
-/// The advisory lock key of a run lock: 64 bits of the token's SHA-256. Two tokens on
-/// one key only make `resolve` wait for a lease (the lock looks held), never the reverse.
-fn run_lock_key(token: &str) -> i64 {
-    let digest = crate::model::sha256_hex(token.as_bytes());
-    u64::from_str_radix(&digest[..16], 16).unwrap_or(0) as i64
 }
 
 fn ms(d: Duration) -> String {
@@ -89,20 +68,14 @@ impl PgStore {
             .max_connections(opts.max_connections)
             .test_before_acquire(opts.long_running)
             .acquire_timeout(opts.connect_timeout)
-            .connect_with(options.clone());
+            .connect_with(options);
         // sqlx retries a refused connection until the timeout (a server that restarts);
         // a port nobody listens on is said at once instead, as for the broker.
         let pool = tokio::select! {
             pool = pool => pool.map_err(db_error)?,
             Some(why) = refused => return Err(DlqError::other(why)),
         };
-        Ok(PgStore {
-            pool,
-            options,
-            connect_timeout: opts.connect_timeout,
-            run_lock: tokio::sync::Mutex::new(None),
-            one_session: opts.max_connections == 1,
-        })
+        Ok(PgStore { pool })
     }
 }
 
@@ -435,24 +408,21 @@ impl Store for PgStore {
         token: &str,
         new_token: &str,
         outlive: Duration,
-        lock: Option<i64>,
         history: &[NewHistory],
     ) -> Result<Vec<String>> {
         let sql = step_sql(
-            "UPDATE dead_letters SET replay_attempt_at = now(), replay_claim_owner = $3, \
-                 replay_attempt_lock = $5 \
+            "UPDATE dead_letters SET replay_attempt_at = now(), replay_claim_owner = $3 \
              WHERE id = ANY($1) AND replay_claim_owner = $2 AND replayed_at IS NULL \
                AND discarded_at IS NULL AND replay_attempt_at IS NULL \
                AND replay_claim_expires_at > now() + make_interval(secs => $4::float8 / 1000.0) \
              RETURNING id",
-            5,
+            4,
         );
         let query = sqlx::query(sql.as_str())
             .bind(ids)
             .bind(token)
             .bind(new_token)
-            .bind(outlive.as_millis() as i64)
-            .bind(lock);
+            .bind(outlive.as_millis() as i64);
         self.step(query, history).await
     }
 
@@ -536,7 +506,7 @@ impl Store for PgStore {
                  WHERE id = ANY($1) AND {} AND {} \
                  RETURNING id",
                 state_predicate(State::Uncertain, NOW),
-                unsettleable(NOW, "replay_claim_expires_at", V1_TOKEN, Some(RUN_GONE))
+                unsettleable(NOW, "replay_claim_expires_at", V1_TOKEN)
             ),
             1,
         );
@@ -557,76 +527,7 @@ impl Store for PgStore {
     }
 
     async fn close(&self) {
-        if let Some(conn) = self.run_lock.lock().await.take() {
-            let _ = conn.close().await;
-        }
         self.pool.close().await;
-    }
-
-    async fn open_run_lock(&self) {
-        if self.one_session {
-            return;
-        }
-        let mut session = self.run_lock.lock().await;
-        if session.is_none() {
-            let connect = PgConnection::connect_with(&self.options);
-            let conn = tokio::time::timeout(self.connect_timeout, connect).await;
-            *session = conn.ok().and_then(|c| c.ok());
-        }
-    }
-
-    async fn hold_run_lock(&self, token: &str) -> Option<i64> {
-        let key = run_lock_key(token);
-        if self.one_session {
-            let got = sqlx::query_scalar::<_, bool>("SELECT pg_try_advisory_lock($1)")
-                .bind(key)
-                .fetch_one(&self.pool)
-                .await;
-            return got.ok().filter(|g| *g).map(|_| key);
-        }
-        self.open_run_lock().await;
-        let mut session = self.run_lock.lock().await;
-        let conn = session.as_mut()?;
-        let got = sqlx::query_scalar::<_, bool>("SELECT pg_try_advisory_lock($1)")
-            .bind(key)
-            .fetch_one(&mut *conn)
-            .await;
-        match got {
-            Ok(true) => Some(key),
-            Ok(false) => None,
-            Err(e) => {
-                // The session is gone, and its locks with it: a later attempt opens another.
-                tracing::debug!("run lock: {e}");
-                *session = None;
-                None
-            }
-        }
-    }
-
-    async fn free_run_lock(&self, key: i64) {
-        if self.one_session {
-            let unlock = sqlx::query("SELECT pg_advisory_unlock($1)").bind(key);
-            let _ = unlock.execute(&self.pool).await;
-            return;
-        }
-        if let Some(conn) = self.run_lock.lock().await.as_mut() {
-            let _ = sqlx::query("SELECT pg_advisory_unlock($1)")
-                .bind(key)
-                .execute(&mut *conn)
-                .await;
-        }
-    }
-
-    async fn runs_gone(&self, ids: &[String]) -> Result<Vec<String>> {
-        let sql = format!(
-            "SELECT id FROM dead_letters WHERE id = ANY($1) AND {} AND {RUN_GONE}",
-            super::lease_live(NOW, "replay_claim_expires_at")
-        );
-        sqlx::query_scalar(&sql)
-            .bind(ids)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(db_error)
     }
 
     async fn capture(&self, rows: &[CapturedLetter]) -> Result<Vec<CaptureOutcome>> {

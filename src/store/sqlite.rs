@@ -331,7 +331,6 @@ impl Store for SqliteStore {
         new_token: &str,
         outlive: Duration,
         // SQLite has no session a lock could live with: the lease is the only word.
-        _lock: Option<i64>,
         history: &[NewHistory],
     ) -> Result<Vec<String>> {
         let sql = format!(
@@ -431,7 +430,7 @@ impl Store for SqliteStore {
              WHERE {IN_IDS} AND {} AND {} \
              RETURNING id",
             state_predicate_at(State::Uncertain, NOW_US, LEASE_END),
-            unsettleable(NOW_US, LEASE_END, V1_TOKEN, None)
+            unsettleable(NOW_US, LEASE_END, V1_TOKEN)
         );
         self.step(sqlx::query(sql.as_str()).bind(ids_json(ids)), history)
             .await
