@@ -214,9 +214,58 @@ pub struct Summary {
     pub v1_claim: bool,
     /// The time columns whose stored value cannot be read (SQLite: a worker's text in
     /// another format, a BLOB), each with what is stored; such a time counts as absent
+    /// (but a lease end that cannot be read holds the row: [`Summary::lease_unreadable`])
     /// in comparisons, while a set `replayed_at` still means replayed.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub unreadable: BTreeMap<String, String>,
+    /// How its id is stored: dlq writes only a TEXT id.
+    #[serde(skip, default)]
+    pub id_storage: IdStorage,
+}
+
+/// How a row's id is stored. SQLite keeps what a worker binds: bytes (a BLOB) make a
+/// row whose id `list` and `show` print as text but which no write of dlq matches (a
+/// write matches one TEXT id exactly, so a TEXT row of the same bytes is another row).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum IdStorage {
+    #[default]
+    Text,
+    /// A BLOB (a worker's bug): read, never written, until it is made TEXT.
+    Bytes,
+    /// A BLOB whose bytes a TEXT row also has as its id: two rows shown as one ID.
+    BytesBesideText,
+}
+
+impl IdStorage {
+    /// The store's code (`0` TEXT, `1` bytes, `2` bytes beside a TEXT row).
+    pub fn from_code(code: i64) -> Self {
+        match code {
+            0 => IdStorage::Text,
+            1 => IdStorage::Bytes,
+            _ => IdStorage::BytesBesideText,
+        }
+    }
+
+    /// Why dlq does not write the row shown as `id`, and the fix (SQL that makes it a
+    /// TEXT row, by the bytes it holds); None for a TEXT id.
+    pub fn refusal(self, id: &str) -> Option<String> {
+        let bytes = crate::store::sqlite_read::id_bytes(id);
+        let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+        let lit = id.replace('\'', "''");
+        let text = match std::str::from_utf8(&bytes) {
+            Ok(_) => "CAST(id AS TEXT)".to_string(),
+            Err(_) => format!("'{lit}'"),
+        };
+        match self {
+            IdStorage::Text => None,
+            IdStorage::Bytes => Some(format!(
+                "its id is stored as bytes (a BLOB, a worker's bug), which dlq never writes; make it text first: UPDATE dead_letters SET id = {text} WHERE id = X'{hex}'"
+            )),
+            IdStorage::BytesBesideText => Some(format!(
+                "two rows have id {id:?}: a TEXT one and one stored as bytes (a BLOB, a worker's bug); dlq writes only the TEXT one; give the other its own text id, e.g. UPDATE dead_letters SET id = '{lit}-bytes' WHERE id = X'{hex}'"
+            )),
+        }
+    }
 }
 
 /// Who may still settle an `uncertain` row (docs/replay-protocol.md, "Settling").
@@ -249,13 +298,19 @@ impl Settling {
 }
 
 impl Summary {
+    /// The lease end is set but cannot be read (another tool's format): it holds the
+    /// row, as a live lease does, until an operator fixes the stored value.
+    pub fn lease_unreadable(&self) -> bool {
+        self.unreadable.contains_key("replay_claim_expires_at")
+    }
+
     /// Who may still settle this row, if it is `uncertain`.
     pub fn settling(&self, now: DateTime<Utc>) -> Option<Settling> {
         if self.state != State::Uncertain {
             return None;
         }
         let live = self.replay_claim_owner.is_some()
-            && self.replay_claim_expires_at.is_some_and(|t| t > now);
+            && (self.replay_claim_expires_at.is_some_and(|t| t > now) || self.lease_unreadable());
         Some(match (self.v1_claim, live) {
             (true, _) => Settling::V1Claim,
             (false, false) => Settling::Ended,

@@ -325,12 +325,11 @@ impl<'a> Batch<'a> {
             return Ok(());
         }
         let now = store.now().await?;
-        let found: HashMap<String, Summary> = store
-            .summaries(&unavailable)
-            .await?
-            .into_iter()
-            .map(|s| (s.id.clone(), s))
-            .collect();
+        // Of two rows shown as one ID, the first (a TEXT id) says why.
+        let mut found: HashMap<String, Summary> = HashMap::new();
+        for s in store.summaries(&unavailable).await? {
+            found.entry(s.id.clone()).or_insert(s);
+        }
         for id in unavailable {
             let (outcome, detail) = match found.get(&id) {
                 None => (Outcome::NotFound, format!("no dead letter with id {id:?}")),

@@ -290,7 +290,10 @@ fn a_nack_that_may_have_dead_lettered_the_message_is_uncertain_by_default() {
         "x-overflow".into(),
         AMQPValue::LongString("reject-publish-dlx".into()),
     );
-    args.insert("x-dead-letter-exchange".into(), AMQPValue::LongString("".into()));
+    args.insert(
+        "x-dead-letter-exchange".into(),
+        AMQPValue::LongString("".into()),
+    );
     args.insert(
         "x-dead-letter-routing-key".into(),
         AMQPValue::LongString(dead.as_str().into()),

@@ -10,6 +10,9 @@ use common::*;
 use serde_json::Value;
 use std::collections::HashMap;
 
+#[path = "sqlite_rows/ids.rs"]
+mod ids;
+
 /// Writes the Python workers' rows (tests/common/python_workers.py) into `db`.
 fn python_workers(db: &TestDb, queue: &str) {
     let script = concat!(
@@ -21,6 +24,19 @@ fn python_workers(db: &TestDb, queue: &str) {
         .output()
         .expect("python3");
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// The SQL a refusal to write a BLOB id names as its fix.
+fn fix_of(said: &str) -> &str {
+    said.split("make it text first: ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no fix named: {said}"))
+        .lines()
+        .next()
+        .unwrap()
+        .split("; ")
+        .next()
+        .unwrap()
 }
 
 fn file_of(db: &TestDb) -> String {
@@ -196,7 +212,15 @@ fn show_and_export_read_every_row_a_worker_wrote() {
     let r = db.dlq(&["show", "-o", "table", "py-unreadable-dla"]);
     assert!(r.stdout.contains("(unreadable)"), "{}", r.stdout);
 
-    // A BLOB id's history is its own, in show and in the export.
+    // A note on a BLOB id is refused (dlq writes only a TEXT id), naming the SQL that
+    // makes it text; that SQL works, and the row is then written like any other.
+    let r = db.dlq(&["note", "py-blob-id", "looked at it"]);
+    assert_eq!(r.code, 1, "{}", r.all());
+    db.sql(&[fix_of(&r.stderr)]);
+    assert_eq!(
+        db.scalar("SELECT count(*) FROM dead_letters WHERE id = 'py-blob-id'"),
+        1
+    );
     assert_eq!(db.dlq(&["note", "py-blob-id", "looked at it"]).code, 0);
     assert_eq!(
         db.show("py-blob-id")["history"][0]["detail"],
@@ -272,9 +296,22 @@ fn plan_replay_and_resolve_work_on_the_workers_rows() {
     let mut want = pending.clone();
     want.sort();
     assert_eq!(sorted, want, "a plan selects the pending rows only");
+    // The worker's BLOB ids are refused (3), each naming the SQL that makes it text.
     let r = db.dlq(&["replay", "--plan", plan.path().to_str().unwrap(), "--yes"]);
-    assert_eq!(r.code, 0, "{}", r.all());
-    let got = per_id(&rabbit.drain(&q));
+    assert_eq!(r.code, 3, "{}", r.all());
+    let blob_ids = ["py-blob-id", "py-bytes-\\xff\\xfe"];
+    let mut got = per_id(&rabbit.drain(&q));
+    assert_eq!(got.len(), pending.len() - 2, "{got:?}");
+    for id in blob_ids {
+        let line = r.lines().into_iter().find(|l| l["id"] == id).unwrap();
+        assert_eq!(line["outcome"], "not_replayed", "{line}");
+        db.sql(&[fix_of(line["detail"].as_str().unwrap())]);
+        let again = db.dlq(&["replay", id, "--yes"]);
+        assert_eq!(again.code, 0, "{}", again.all());
+        for (k, n) in per_id(&rabbit.drain(&q)) {
+            *got.entry(k).or_default() += n;
+        }
+    }
     assert_eq!(got.len(), pending.len(), "{got:?}");
     assert!(got.values().all(|n| *n == 1), "{got:?}");
     for id in &pending {

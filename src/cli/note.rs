@@ -23,11 +23,17 @@ pub async fn run(ctx: &Ctx, args: NoteArgs) -> Result<u8> {
     }
     let operator = ctx.operator()?;
     let store = ctx.store_for_writes().await?;
-    let report = if store
+    let first = store
         .summaries(std::slice::from_ref(&args.id))
         .await?
-        .is_empty()
-    {
+        .into_iter()
+        .next();
+    // The history of an id stored as bytes would be shared with its TEXT twin's.
+    if let Some(why) = first.as_ref().and_then(|r| r.id_storage.refusal(&r.id)) {
+        store.close().await;
+        return Err(DlqError::other(format!("dead letter {:?}: {why}", args.id)).into());
+    }
+    let report = if first.is_none() {
         StepReport::new(
             &args.id,
             Outcome::NotFound,

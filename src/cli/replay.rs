@@ -193,7 +193,8 @@ async fn single(
         let detail = format!("no dead letter with id {id:?}");
         emit(ctx, &StepReport::new(id, Outcome::NotFound, detail))
     };
-    let Some(summary) = store.summaries(&[id.to_string()]).await?.pop() else {
+    // The first: of two rows shown as one ID, the TEXT one (the one a write takes).
+    let Some(summary) = store.summaries(&[id.to_string()]).await?.into_iter().next() else {
         broker.close().await;
         return Ok(not_found());
     };

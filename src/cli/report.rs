@@ -6,7 +6,7 @@ use super::output::thousands;
 use super::prompt::{confirm, require_consent};
 use super::Result;
 use super::{Ctx, Format};
-use dlq::model::{NewHistory, Outcome, State};
+use dlq::model::{IdStorage, NewHistory, Outcome, State};
 use dlq::replay::{why_unavailable, ItemReport};
 use dlq::store::Store;
 use serde::Serialize;
@@ -245,8 +245,8 @@ where
                         format!("no dead letter with id {id:?}"),
                     ),
                     Some(row) => {
-                        let why = match row.state {
-                            State::Pending => "it is pending".to_string(),
+                        let why = match (row.state, row.id_storage) {
+                            (State::Pending, IdStorage::Text) => "it is pending".to_string(),
                             _ => why_unavailable(row, store.now().await?),
                         };
                         StepReport::new(id, change.not_done, format!("{}{why}", change.refused))

@@ -7,10 +7,21 @@ pub(super) fn fmt_time(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }
 
-/// Why a row cannot be claimed (or is no longer the caller's), for the operator.
+/// Why a row cannot be claimed (or is no longer the caller's), for the operator: first
+/// an id dlq does not write (see [`crate::model::IdStorage`]).
 pub fn why_unavailable(row: &Summary, now: DateTime<Utc>) -> String {
     let by = row.replay_claim_owner.as_deref().unwrap_or("unknown");
     let at = row.replay_attempt_at.map(fmt_time).unwrap_or_default();
+    if let Some(why) = row.id_storage.refusal(&row.id) {
+        return why;
+    }
+    if row.lease_unreadable() && matches!(row.state, State::Claimed | State::Uncertain) {
+        let stored = &row.unreadable["replay_claim_expires_at"];
+        return format!(
+            "{}: {by} holds a lease whose end dlq cannot read (stored: {stored}), so it may still be live; once that tool is done, set replay_claim_expires_at to a time dlq reads (see `dlq show`)",
+            row.state.as_str()
+        );
+    }
     let error = row
         .last_replay_error
         .as_deref()

@@ -452,10 +452,15 @@ pub(crate) fn state_predicate_at(state: State, now: &str, lease_end: &str) -> St
     }
 }
 
-/// A lease that holds the row: an owner and an end after `now` (`lease_end` as in
-/// [`state_predicate_at`]; an end that cannot be read holds nothing).
+/// A lease that holds the row: an owner and a stored end that is after `now`, or that
+/// cannot be read (`lease_end` as in [`state_predicate_at`] is NULL for a set column):
+/// another tool's lease in a form dlq cannot read may be live, so it holds the row until
+/// an operator fixes it (`show` says what is stored).
 pub(crate) fn lease_live(now: &str, lease_end: &str) -> String {
-    format!("(replay_claim_owner IS NOT NULL AND {lease_end} IS NOT NULL AND {lease_end} > {now})")
+    format!(
+        "(replay_claim_owner IS NOT NULL AND replay_claim_expires_at IS NOT NULL \
+          AND ({lease_end} IS NULL OR {lease_end} > {now}))"
+    )
 }
 
 /// The state of a row as one SQL expression (see [`state_predicate_at`]).

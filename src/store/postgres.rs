@@ -123,6 +123,7 @@ impl Dialect for Postgres {
     const HISTORY_AT: &'static str = "at";
     // timestamptz holds only times.
     const UNREADABLE: &'static str = "NULL::text";
+    const ID_STORAGE: &'static str = "CAST(0 AS BIGINT)";
 
     fn at(col: TimeCol) -> &'static str {
         col.name()

@@ -11,8 +11,8 @@
 use super::{state_case, state_predicate_at, Claimed, NewDeadLetter, PlanCandidate};
 use crate::error::{DlqError, Result};
 use crate::model::{
-    sha256_hex, token_operator, token_ref, ContentMatch, DeadLetter, Dimension, Filter, Group,
-    GroupKey, HistoryEntry, State, Summary, UNKNOWN,
+    sha256_hex, token_ref, ContentMatch, DeadLetter, Dimension, Filter, Group, GroupKey,
+    HistoryEntry, State, Summary, UNKNOWN,
 };
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -20,9 +20,11 @@ use futures_util::stream::BoxStream;
 use futures_util::TryStreamExt;
 use sqlx::query::Query;
 use sqlx::{Database, Pool, QueryBuilder};
-use std::collections::BTreeMap;
 
+mod decode;
 mod rows;
+
+use decode::{required, summary, text, time, unreadable};
 pub(crate) use rows::import_history;
 use rows::{exported, read_bodies};
 
@@ -96,6 +98,8 @@ pub trait Dialect: Database {
     /// A JSON object text of the time columns whose stored value cannot be read (column:
     /// what is stored), or NULL: the store's types may not hold such a value.
     const UNREADABLE: &'static str;
+    /// The code of [`crate::model::IdStorage`] of the row's id, as a BIGINT.
+    const ID_STORAGE: &'static str;
 
     /// A time column as SQL of the clock's type, whatever a writer stored in it: every
     /// read, filter, ordering and comparison of a time goes through it (and metrics
@@ -180,8 +184,9 @@ pub trait Reads: Send + Sync {
     async fn aggregate(&self, dims: &[Dimension], filter: &Filter) -> Result<Vec<Group>>;
     /// Whole rows, body included, in no particular order; unknown IDs are absent.
     async fn load(&self, ids: &[String]) -> Result<Vec<DeadLetter>>;
+    /// The one row shown as `id`; an error names two rows shown as one ID.
     async fn get(&self, id: &str) -> Result<Option<DeadLetter>> {
-        Ok(self.load(&[id.to_string()]).await?.pop())
+        decode::only_one(self.load(&[id.to_string()]).await?, id)
     }
     async fn summaries(&self, ids: &[String]) -> Result<Vec<Summary>>;
     async fn history(&self, id: &str) -> Result<Vec<HistoryEntry>>;
@@ -305,8 +310,9 @@ pub(crate) fn summary_columns<D: Dialect>() -> String {
     format!(
         "id, reason, CAST(attempts AS BIGINT) AS attempts, replay_claim_owner, \
          last_replay_error, eff_event_id, error, eff_producer, eff_schema_version, \
-         source_queue, exchange, routing_key, discard_note, {}, {} AS state",
+         source_queue, exchange, routing_key, discard_note, {}, {} AS id_storage, {} AS state",
         time_columns::<D>(),
+        D::ID_STORAGE,
         state_case(D::NOW, D::at(TimeCol::LeaseEnd))
     )
 }
@@ -344,61 +350,6 @@ fn row_columns<D: Dialect>(len: Option<&str>) -> String {
 /// The columns of a whole row, as [`whole_row`] reads them.
 pub(crate) fn whole_row_columns<D: Dialect>() -> String {
     row_columns::<D>(D::BODY_LEN)
-}
-
-fn required<T>(v: Option<T>, col: &str) -> Decoded<T> {
-    v.ok_or_else(|| sqlx::Error::ColumnDecode {
-        index: col.to_string(),
-        source: "unexpected NULL".into(),
-    })
-}
-
-/// A text column as a worker wrote it: SQLite does not check that TEXT is UTF-8, and one
-/// invalid byte must not make a whole listing fail (PostgreSQL refuses them on insert).
-fn text<D: Dialect>(row: &D::Row, col: &str) -> Decoded<Option<String>> {
-    D::text(row, col, true)
-}
-
-fn time<D: Dialect>(row: &D::Row, col: &str) -> Decoded<DateTime<Utc>> {
-    required(D::time(row, col)?, col)
-}
-
-/// The `unreadable` column of [`time_columns`]: column name to what is stored.
-fn unreadable<D: Dialect>(row: &D::Row) -> Decoded<BTreeMap<String, String>> {
-    let Some(json) = D::text(row, "unreadable", true)? else {
-        return Ok(BTreeMap::new());
-    };
-    serde_json::from_str(&json).map_err(|e| sqlx::Error::Decode(e.into()))
-}
-
-pub(crate) fn summary<D: Dialect>(row: &D::Row) -> Decoded<Summary> {
-    let t = |col: &str| text::<D>(row, col);
-    let state = required(t("state")?, "state")?;
-    let owner = t("replay_claim_owner")?;
-    Ok(Summary {
-        id: required(t("id")?, "id")?,
-        reason: required(t("reason")?, "reason")?,
-        attempts: D::int(row, "attempts")?,
-        replayed_at: D::time(row, "replayed_at")?,
-        replay_claim_owner: owner.as_deref().map(|o| token_operator(o).to_string()),
-        replay_claim_expires_at: D::time(row, "replay_claim_expires_at")?,
-        last_replay_error: t("last_replay_error")?,
-        event_id: t("eff_event_id")?,
-        error: t("error")?,
-        producer: t("eff_producer")?,
-        schema_version: t("eff_schema_version")?,
-        source_queue: t("source_queue")?,
-        exchange: t("exchange")?,
-        routing_key: t("routing_key")?,
-        dead_lettered_at: D::time(row, "dead_lettered_at")?,
-        replay_attempt_at: D::time(row, "replay_attempt_at")?,
-        discarded_at: D::time(row, "discarded_at")?,
-        discard_note: t("discard_note")?,
-        unreadable: unreadable::<D>(row)?,
-        state: State::parse(&state)
-            .ok_or_else(|| sqlx::Error::Decode(format!("unknown state {state:?}").into()))?,
-        v1_claim: owner.as_deref().is_some_and(super::is_v1_token),
-    })
 }
 
 /// The columns of a claimed row, as [`claimed_row`] reads them (a RETURNING list): a
@@ -668,6 +619,8 @@ impl<B: Backend> Reads for B {
 
     async fn summaries(&self, ids: &[String]) -> Result<Vec<Summary>> {
         let mut qb = by_ids(&summary_columns::<B::Db>(), ids);
+        // A TEXT id first: of two rows shown as one ID, the one a write takes.
+        qb.push(" ORDER BY id_storage");
         all(self, &mut qb, summary::<B::Db>).await
     }
 

@@ -3,12 +3,13 @@
 //! [`sqlite_time`] (the clock is [`NOW_US`]). The database
 //! runs in WAL mode with a busy timeout; write transactions begin IMMEDIATE (a claim or a
 //! mark is one UPDATE plus its history), so two processes never deadlock on a lock upgrade.
-//! ID sets are bound as one JSON array (`json_each`), so a batch needs one parameter.
+//! ID sets are bound as one JSON array (`json_each`), so a batch needs one parameter;
+//! every write matches each ID exactly, as TEXT ([`EXACT_IDS`]).
 
 use super::identity::identity_hint;
 use super::read::{claimed_columns, claimed_row, import_history, push_where, Backend, Dialect};
 use super::sqlite_open;
-use super::sqlite_read::{ids_json, in_ids};
+use super::sqlite_read::{exact_ids_json, id_bytes, EXACT_IDS};
 use super::sqlite_time::{to_us, LEASE_END, NOW_US};
 use super::{
     check_prune_filter, db_error, is_row_error, migration_error, newly_applied, state_predicate_at,
@@ -40,8 +41,6 @@ pub struct SqliteStore {
     busy: Duration,
     file: std::path::PathBuf,
 }
-
-const IN_IDS: &str = in_ids!("?1");
 
 impl SqliteStore {
     async fn applied_versions(&self) -> Vec<i64> {
@@ -218,8 +217,9 @@ impl Store for SqliteStore {
              producer, schema_version, source_queue, exchange, routing_key, dead_lettered_at, \
              replay_attempt_at, discarded_at, discard_note, eff_producer, eff_schema_version, \
              eff_event_id) \
-             VALUES (?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,COALESCE(?17, {NOW_US}), \
-             ?18,?19,?20,?21,?22,?23)",
+             SELECT ?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,COALESCE(?17, {NOW_US}), \
+             ?18,?19,?20,?21,?22,?23 \
+             WHERE NOT EXISTS (SELECT 1 FROM dead_letters WHERE id = ?24)",
             if skip_existing { "OR IGNORE" } else { "" }
         );
         for mut r in rows {
@@ -249,10 +249,21 @@ impl Store for SqliteStore {
                 .bind(eff_producer)
                 .bind(eff_schema_version)
                 .bind(eff_event_id)
+                // A worker's BLOB id of these bytes is this dead letter too (see below).
+                .bind(id_bytes(&r.id))
                 .execute(&mut *tx)
                 .await;
             match res {
-                Ok(done) if done.rows_affected() == 0 => report.skipped_existing += 1,
+                Ok(done) if done.rows_affected() == 0 && skip_existing => {
+                    report.skipped_existing += 1
+                }
+                // Only a BLOB id of the same bytes stops a plain INSERT without an error.
+                Ok(done) if done.rows_affected() == 0 => {
+                    return Err(DlqError::usage(format!(
+                        "line {}: field id: a dead letter with id {:?} already exists, its id stored as bytes by a worker (nothing was imported; use --skip-existing to keep the existing rows)",
+                        r.line, r.id
+                    )));
+                }
                 Ok(_) => {
                     report.imported += 1;
                     import_history::<Sqlite>(&mut tx, &r).await.map_err(|e| {
@@ -299,13 +310,13 @@ impl Store for SqliteStore {
         let claim = format!(
             "UPDATE dead_letters SET replay_claim_owner = ?2, \
                  replay_claim_expires_at = {NOW_US} + ?3 \
-             WHERE {IN_IDS} AND {} \
+             WHERE {EXACT_IDS} AND {} \
              RETURNING {}",
             state_predicate_at(State::Pending, NOW_US, LEASE_END),
             claimed_columns::<Sqlite>(),
         );
         let rows = sqlx::query(&claim)
-            .bind(ids_json(ids))
+            .bind(exact_ids_json(ids))
             .bind(token)
             .bind(lease.as_micros() as i64)
             .fetch_all(&mut *tx)
@@ -335,13 +346,13 @@ impl Store for SqliteStore {
     ) -> Result<Vec<String>> {
         let sql = format!(
             "UPDATE dead_letters SET replay_attempt_at = {NOW_US}, replay_claim_owner = ?3 \
-             WHERE {IN_IDS} AND replay_claim_owner = ?2 AND replayed_at IS NULL \
+             WHERE {EXACT_IDS} AND replay_claim_owner = ?2 AND replayed_at IS NULL \
                AND discarded_at IS NULL AND replay_attempt_at IS NULL \
                AND {LEASE_END} > {NOW_US} + ?4 \
              RETURNING id"
         );
         let query = sqlx::query(sql.as_str())
-            .bind(ids_json(ids))
+            .bind(exact_ids_json(ids))
             .bind(token.to_string())
             .bind(new_token.to_string())
             .bind(outlive.as_micros() as i64);
@@ -357,12 +368,12 @@ impl Store for SqliteStore {
         let sql = format!(
             "UPDATE dead_letters SET replayed_at = {NOW_US}, replay_claim_expires_at = NULL, \
                  last_replay_error = NULL \
-             WHERE {IN_IDS} AND replay_claim_owner = ?2 AND replayed_at IS NULL \
+             WHERE {EXACT_IDS} AND replay_claim_owner = ?2 AND replayed_at IS NULL \
                AND replay_attempt_at IS NOT NULL \
              RETURNING id"
         );
         let query = sqlx::query(sql.as_str())
-            .bind(ids_json(ids))
+            .bind(exact_ids_json(ids))
             .bind(token.to_string());
         self.step(query, history).await
     }
@@ -377,12 +388,12 @@ impl Store for SqliteStore {
         let sql = format!(
             "UPDATE dead_letters SET replay_claim_owner = NULL, replay_claim_expires_at = NULL, \
                  replay_attempt_at = NULL, last_replay_error = COALESCE(?3, last_replay_error) \
-             WHERE {IN_IDS} AND replay_claim_owner = ?2 AND replayed_at IS NULL \
+             WHERE {EXACT_IDS} AND replay_claim_owner = ?2 AND replayed_at IS NULL \
                AND {LEASE_END} > {NOW_US} \
              RETURNING id"
         );
         let query = sqlx::query(sql.as_str())
-            .bind(ids_json(ids))
+            .bind(exact_ids_json(ids))
             .bind(token.to_string())
             .bind(error.map(str::to_string));
         self.step(query, history).await
@@ -401,12 +412,12 @@ impl Store for SqliteStore {
                  replay_claim_expires_at = CASE WHEN ?4 \
                      THEN min(COALESCE({LEASE_END}, {NOW_US}), {NOW_US}) \
                      ELSE replay_claim_expires_at END \
-             WHERE {IN_IDS} AND replay_claim_owner = ?2 AND replayed_at IS NULL \
+             WHERE {EXACT_IDS} AND replay_claim_owner = ?2 AND replayed_at IS NULL \
                AND replay_attempt_at IS NOT NULL \
              RETURNING id"
         );
         let query = sqlx::query(sql.as_str())
-            .bind(ids_json(ids))
+            .bind(exact_ids_json(ids))
             .bind(token.to_string())
             .bind(error.to_string())
             .bind(end_lease);
@@ -427,12 +438,12 @@ impl Store for SqliteStore {
         };
         let sql = format!(
             "UPDATE dead_letters SET {set} \
-             WHERE {IN_IDS} AND {} AND {} \
+             WHERE {EXACT_IDS} AND {} AND {} \
              RETURNING id",
             state_predicate_at(State::Uncertain, NOW_US, LEASE_END),
             unsettleable(NOW_US, LEASE_END, V1_TOKEN)
         );
-        self.step(sqlx::query(sql.as_str()).bind(ids_json(ids)), history)
+        self.step(sqlx::query(sql.as_str()).bind(exact_ids_json(ids)), history)
             .await
     }
 
@@ -526,11 +537,11 @@ impl Store for SqliteStore {
     ) -> Result<Vec<String>> {
         let sql = format!(
             "UPDATE dead_letters SET discarded_at = {NOW_US}, discard_note = ?2 \
-             WHERE {IN_IDS} AND {} RETURNING id",
+             WHERE {EXACT_IDS} AND {} RETURNING id",
             state_predicate_at(State::Pending, NOW_US, LEASE_END)
         );
         let query = sqlx::query(sql.as_str())
-            .bind(ids_json(ids))
+            .bind(exact_ids_json(ids))
             .bind(note.to_string());
         self.step(query, history).await
     }
@@ -538,10 +549,10 @@ impl Store for SqliteStore {
     async fn restore(&self, ids: &[String], history: &[NewHistory]) -> Result<Vec<String>> {
         let sql = format!(
             "UPDATE dead_letters SET discarded_at = NULL, discard_note = NULL \
-             WHERE {IN_IDS} AND {} RETURNING id",
+             WHERE {EXACT_IDS} AND {} RETURNING id",
             state_predicate_at(State::Discarded, NOW_US, LEASE_END)
         );
-        self.step(sqlx::query(sql.as_str()).bind(ids_json(ids)), history)
+        self.step(sqlx::query(sql.as_str()).bind(exact_ids_json(ids)), history)
             .await
     }
 
@@ -596,7 +607,7 @@ impl Store for SqliteStore {
                 "DELETE FROM dead_letter_history \
                  WHERE dead_letter_id IN (SELECT value FROM json_each(?1))",
             )
-            .bind(ids_json(&deleted))
+            .bind(exact_ids_json(&deleted))
             .execute(&mut *tx)
             .await
             .map_err(self.err())?;
@@ -667,101 +678,5 @@ async fn insert_captured(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test]
-    async fn writes_are_committed_with_synchronous_full() {
-        let dir = tempfile::tempdir().unwrap();
-        let url = SecretUrl::new(format!("sqlite://{}", dir.path().join("t.db").display()));
-        let opts = StoreOptions {
-            create: true,
-            ..StoreOptions::default()
-        };
-        let store = SqliteStore::connect(&url, &opts).await.unwrap();
-        let level: i64 = sqlx::query_scalar("PRAGMA synchronous")
-            .fetch_one(&store.pool)
-            .await
-            .unwrap();
-        assert_eq!(level, 2, "FULL: a committed mark survives a power loss");
-    }
-
-    /// `identity_hint` gives what the triggers derive, so `dlq`'s inserts are written
-    /// once (a wrong hint would only cost a second write: the trigger corrects it).
-    #[tokio::test]
-    async fn the_identity_hint_agrees_with_the_triggers() {
-        let dir = tempfile::tempdir().unwrap();
-        let url = SecretUrl::new(format!("sqlite://{}", dir.path().join("t.db").display()));
-        let opts = StoreOptions {
-            create: true,
-            ..StoreOptions::default()
-        };
-        let store = SqliteStore::connect(&url, &opts).await.unwrap();
-        store.migrate().await.unwrap();
-        let long = " \n".repeat(40);
-        // (producer, schema_version, event_id columns; headers; body)
-        type Case<'a> = ([Option<&'a str>; 3], &'a str, Vec<u8>);
-        let cases: Vec<Case> = vec![
-            (
-                [None; 3],
-                "{}",
-                br#"{"producer":"p","schema_version":2,"event_id":1e2}"#.to_vec(),
-            ),
-            (
-                [Some("c"), Some(""), None],
-                r#"{"x-event-id":true}"#,
-                b"{}".to_vec(),
-            ),
-            (
-                [None; 3],
-                r#"{"x-producer":false,"x-schema-version":-7E+1}"#,
-                b"[1]".to_vec(),
-            ),
-            (
-                [None; 3],
-                r#"{"x-producer":null,"x-event-id":[1]}"#,
-                br#"{"producer":{"a":1},"event_id":"caf\u00e9"}"#.to_vec(),
-            ),
-            (
-                [None; 3],
-                "not json",
-                format!(r#"{long}{{"producer":"ws"}}"#).into_bytes(),
-            ),
-            ([None; 3], "[]", br#"{"producer":"cut""#.to_vec()),
-            ([None; 3], "{}", vec![0xff, b'{', b'}']),
-            (
-                [None; 3],
-                "{}",
-                br#"{"producer":"a\"b","schema_version":0.5}"#.to_vec(),
-            ),
-        ];
-        for (i, (cols, headers, body)) in cases.iter().enumerate() {
-            sqlx::query(
-                "INSERT INTO dead_letters (id, body, reason, attempts, headers_json, producer, \
-                 schema_version, event_id) VALUES (?1, ?2, 'r', 1, ?3, ?4, ?5, ?6)",
-            )
-            .bind(format!("c{i}"))
-            .bind(body.as_slice())
-            .bind(*headers)
-            .bind(cols[0])
-            .bind(cols[1])
-            .bind(cols[2])
-            .execute(&store.pool)
-            .await
-            .unwrap();
-            let got: (Option<String>, Option<String>, Option<String>) = sqlx::query_as(
-                "SELECT eff_producer, eff_schema_version, eff_event_id FROM dead_letters \
-                 WHERE id = ?1",
-            )
-            .bind(format!("c{i}"))
-            .fetch_one(&store.pool)
-            .await
-            .unwrap();
-            assert_eq!(
-                identity_hint(*cols, headers, body),
-                [got.0, got.1, got.2],
-                "case {i}"
-            );
-        }
-    }
-}
+#[path = "sqlite_tests.rs"]
+mod tests;

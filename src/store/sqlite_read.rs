@@ -14,22 +14,46 @@ use sqlx::query::Query;
 use sqlx::sqlite::{SqliteConnection, SqliteRow};
 use sqlx::{QueryBuilder, Row, Sqlite};
 
-/// A set of IDs as one JSON array for [`in_ids!`]: each ID, and for one shown with
-/// escaped bytes (see [`escaped`]) also those bytes, as hex after a `\u{1}` (no ID typed
-/// or stored by dlq holds a control character).
+/// A set of IDs as one JSON array for [`in_ids!`] (reads only): each ID, and for one
+/// that [`escaped`] shows bytes as (not UTF-8) also those bytes, as hex after a `\u{1}`
+/// (no ID typed or stored by dlq holds a control character).
 pub(crate) fn ids_json(ids: &[String]) -> String {
     let mut all: Vec<String> = ids.to_vec();
     all.extend(
         ids.iter()
             .filter_map(|id| unescape(id))
-            .map(|h| format!("\u{1}{h}")),
+            .map(|b| format!("\u{1}{}", hex(&b))),
     );
     serde_json::to_string(&all).unwrap_or_else(|_| "[]".into())
 }
 
-/// `id` is one of the IDs of the JSON array `$p` (see [`ids_json`]), each as TEXT or as a
-/// BLOB (a worker may bind bytes), and escaped bytes as those bytes: the primary key
-/// finds any of them. `$p` appears four times: with `?`, bind the array four times.
+/// The IDs as one JSON array for [`EXACT_IDS`]: as they are.
+pub(crate) fn exact_ids_json(ids: &[String]) -> String {
+    serde_json::to_string(ids).unwrap_or_else(|_| "[]".into())
+}
+
+/// Every write by ID: `id` is, as TEXT, exactly one of the IDs of the JSON array `?1`
+/// ([`exact_ids_json`]): no escape decoding, never a BLOB (a TEXT value never equals a
+/// BLOB), so each ID names at most one row (the primary key). A worker's BLOB id is
+/// only read ([`in_ids!`]); [`crate::model::IdStorage`] says how to fix it.
+pub(crate) const EXACT_IDS: &str =
+    "typeof(id) = 'text' AND id IN (SELECT value FROM json_each(?1))";
+
+/// The bytes a BLOB id shown as `id` holds: what [`escaped`] shows as `id`.
+pub(crate) fn id_bytes(id: &str) -> Vec<u8> {
+    unescape(id).unwrap_or_else(|| id.as_bytes().to_vec())
+}
+
+/// How the row's id is stored, as [`crate::model::IdStorage::from_code`] reads it: 0
+/// TEXT, 1 a BLOB, 2 a BLOB whose bytes a TEXT row also has as its id.
+pub(crate) const ID_STORAGE: &str = "(CASE WHEN typeof(id) <> 'blob' THEN 0 \
+     WHEN EXISTS (SELECT 1 FROM dead_letters t WHERE t.id = CAST(dead_letters.id AS TEXT) \
+       AND typeof(t.id) = 'text') THEN 2 ELSE 1 END)";
+
+/// Reads only (`list`, `show`; writes use [`EXACT_IDS`]): `id` is one of the IDs of the
+/// JSON array `$p` (see [`ids_json`]), each as TEXT or as a BLOB (a worker may bind
+/// bytes), and escaped bytes as those bytes: `show` finds any row `list` prints. `$p`
+/// appears four times: with `?`, bind the array four times.
 macro_rules! in_ids {
     ($p:literal) => {
         concat!(
@@ -50,7 +74,6 @@ macro_rules! in_ids {
         )
     };
 }
-pub(crate) use in_ids;
 
 /// Bytes as text: UTF-8 as it is, any other byte as `\xNN` (so `show` can find an ID
 /// that holds one: see [`unescape`]).
@@ -65,8 +88,10 @@ pub(crate) fn escaped(bytes: &[u8]) -> String {
     out
 }
 
-/// The bytes, as hex, of an ID typed as [`escaped`] shows it; None when it escapes none.
-fn unescape(id: &str) -> Option<String> {
+/// The bytes of an ID typed as [`escaped`] shows it; None unless it escapes a byte and
+/// [`escaped`] shows those bytes as exactly this ID (`ord\x31` is not `ord1`: `1` is
+/// never escaped), so a read by ID never decodes to another row's.
+fn unescape(id: &str) -> Option<Vec<u8>> {
     if !id.contains("\\x") {
         return None;
     }
@@ -88,7 +113,11 @@ fn unescape(id: &str) -> Option<String> {
             }
         }
     }
-    Some(out.iter().map(|b| format!("{b:02x}")).collect())
+    (escaped(&out) == id).then_some(out)
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The content filters check the JSON with `json_valid` (which never raises) before
@@ -112,6 +141,7 @@ impl Dialect for Sqlite {
     const BODY_LEN: Option<&'static str> = None;
     const HISTORY_AT: &'static str = HISTORY_AT;
     const UNREADABLE: &'static str = UNREADABLE;
+    const ID_STORAGE: &'static str = ID_STORAGE;
 
     fn at(col: TimeCol) -> &'static str {
         match col {
@@ -266,8 +296,10 @@ mod tests {
         let bytes = b"id-\xff\xfe-caf\xc3\xa9";
         let shown = escaped(bytes);
         assert_eq!(shown, "id-\\xff\\xfe-caf\u{e9}");
-        let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-        assert_eq!(unescape(&shown), Some(hex));
+        assert_eq!(unescape(&shown).as_deref(), Some(&bytes[..]));
         assert_eq!(unescape("plain"), None);
+        // `\x31` spells `1`, which `escaped` never escapes: not another row's bytes.
+        assert_eq!(unescape("ord\\x31"), None);
+        assert_eq!(id_bytes("ord\\x31"), b"ord\\x31");
     }
 }

@@ -16,9 +16,10 @@
 //!   `Z` or `±HH:MM`), with up to nine fractional digits kept to the microsecond (SQLite's
 //!   own date functions keep milliseconds, so the fraction is read here);
 //! - anything else (other text, a BLOB) cannot be read: [`UNREADABLE`] says what is
-//!   stored, and the value counts as absent in comparisons (a lease that cannot be read
-//!   has lapsed), while `IS NULL` tests use the column itself, so an unreadable
-//!   `replayed_at` still means replayed.
+//!   stored, and the value counts as absent in comparisons, while `IS NULL` tests use
+//!   the column itself: an unreadable `replayed_at` still means replayed, and a lease
+//!   end that is set but cannot be read holds the row (another tool's live lease, e.g.
+//!   `+0000` as `strftime('%z')` writes it: see [`super::lease_live`]).
 //!
 //! The indexes on `dead_lettered_at` are on this expression (migration 20261202000300),
 //! so ordering and `--since` stay index-backed; the expression there must stay the same.

@@ -1,0 +1,75 @@
+//! Decoding a row of the shared reads into the model's types, whatever a worker stored.
+
+use super::{Decoded, Dialect};
+use crate::error::{DlqError, Result};
+use crate::model::{token_operator, DeadLetter, IdStorage, State, Summary};
+use chrono::{DateTime, Utc};
+use std::collections::BTreeMap;
+
+pub(super) fn required<T>(v: Option<T>, col: &str) -> Decoded<T> {
+    v.ok_or_else(|| sqlx::Error::ColumnDecode {
+        index: col.to_string(),
+        source: "unexpected NULL".into(),
+    })
+}
+
+/// A text column as a worker wrote it: SQLite does not check that TEXT is UTF-8, and one
+/// invalid byte must not make a whole listing fail (PostgreSQL refuses them on insert).
+pub(super) fn text<D: Dialect>(row: &D::Row, col: &str) -> Decoded<Option<String>> {
+    D::text(row, col, true)
+}
+
+pub(super) fn time<D: Dialect>(row: &D::Row, col: &str) -> Decoded<DateTime<Utc>> {
+    required(D::time(row, col)?, col)
+}
+
+/// The `unreadable` column of [`time_columns`]: column name to what is stored.
+pub(super) fn unreadable<D: Dialect>(row: &D::Row) -> Decoded<BTreeMap<String, String>> {
+    let Some(json) = D::text(row, "unreadable", true)? else {
+        return Ok(BTreeMap::new());
+    };
+    serde_json::from_str(&json).map_err(|e| sqlx::Error::Decode(e.into()))
+}
+
+pub(super) fn summary<D: Dialect>(row: &D::Row) -> Decoded<Summary> {
+    let t = |col: &str| text::<D>(row, col);
+    let state = required(t("state")?, "state")?;
+    let owner = t("replay_claim_owner")?;
+    Ok(Summary {
+        id: required(t("id")?, "id")?,
+        reason: required(t("reason")?, "reason")?,
+        attempts: D::int(row, "attempts")?,
+        replayed_at: D::time(row, "replayed_at")?,
+        replay_claim_owner: owner.as_deref().map(|o| token_operator(o).to_string()),
+        replay_claim_expires_at: D::time(row, "replay_claim_expires_at")?,
+        last_replay_error: t("last_replay_error")?,
+        event_id: t("eff_event_id")?,
+        error: t("error")?,
+        producer: t("eff_producer")?,
+        schema_version: t("eff_schema_version")?,
+        source_queue: t("source_queue")?,
+        exchange: t("exchange")?,
+        routing_key: t("routing_key")?,
+        dead_lettered_at: D::time(row, "dead_lettered_at")?,
+        replay_attempt_at: D::time(row, "replay_attempt_at")?,
+        discarded_at: D::time(row, "discarded_at")?,
+        discard_note: t("discard_note")?,
+        unreadable: unreadable::<D>(row)?,
+        state: State::parse(&state)
+            .ok_or_else(|| sqlx::Error::Decode(format!("unknown state {state:?}").into()))?,
+        v1_claim: owner.as_deref().is_some_and(crate::store::is_v1_token),
+        id_storage: IdStorage::from_code(D::int(row, "id_storage")?),
+    })
+}
+
+/// The one row of `rows` (read by one ID), or an error naming the rows shown as `id`.
+pub(super) fn only_one(mut rows: Vec<DeadLetter>, id: &str) -> Result<Option<DeadLetter>> {
+    if rows.len() > 1 {
+        let why = rows
+            .iter()
+            .find_map(|r| r.summary.id_storage.refusal(id))
+            .unwrap_or_else(|| format!("{} rows are shown as id {id:?}", rows.len()));
+        return Err(DlqError::other(format!("dead letter {id:?}: {why}")));
+    }
+    Ok(rows.pop())
+}
