@@ -284,7 +284,7 @@ pub(crate) fn whole_row_columns<D: Dialect>() -> String {
     row_columns::<D>(D::BODY_LEN)
 }
 
-fn required<T>(v: Option<T>, col: &str) -> Decoded<T> {
+pub(crate) fn required<T>(v: Option<T>, col: &str) -> Decoded<T> {
     v.ok_or_else(|| sqlx::Error::ColumnDecode {
         index: col.to_string(),
         source: "unexpected NULL".into(),
@@ -293,7 +293,7 @@ fn required<T>(v: Option<T>, col: &str) -> Decoded<T> {
 
 /// A text column as a worker wrote it: SQLite does not check that TEXT is UTF-8, and one
 /// invalid byte must not make a whole listing fail (PostgreSQL refuses them on insert).
-fn text<D: Dialect>(row: &D::Row, col: &str) -> Decoded<Option<String>> {
+pub(crate) fn text<D: Dialect>(row: &D::Row, col: &str) -> Decoded<Option<String>> {
     D::text(row, col, true)
 }
 
@@ -534,7 +534,7 @@ async fn each<B: Backend>(
     Ok(n)
 }
 
-async fn all<B: Backend, T: Send>(
+pub(crate) async fn all<B: Backend, T: Send>(
     b: &B,
     qb: &mut QueryBuilder<'static, B::Db>,
     decode: impl Fn(&Row<B>) -> Decoded<T> + Send + Sync,
@@ -576,7 +576,7 @@ async fn count_of<B: Backend>(b: &B, qb: &mut QueryBuilder<'static, B::Db>) -> R
     Ok(n.first().copied().unwrap_or_default())
 }
 
-fn select<D: Dialect>(columns: &str, filter: &Filter) -> QueryBuilder<'static, D> {
+pub(crate) fn select<D: Dialect>(columns: &str, filter: &Filter) -> QueryBuilder<'static, D> {
     let mut qb = QueryBuilder::new(format!("SELECT {columns} FROM dead_letters"));
     push_where(&mut qb, filter);
     qb
