@@ -3,12 +3,11 @@
 //! a monitoring plugin's, whatever stdout is (JSON only when asked with `-o json`).
 
 use super::filters::FilterArgs;
-use super::metrics::bounded;
 use super::output::thousands;
 use super::{Ctx, Format, Result};
 use clap::Args;
 use dlq::model::State;
-use dlq::store::alerting::{breaches, Breach, Check, Limits};
+use dlq::store::alerting::{bounded, breaches, Breach, Check, Limits};
 use serde_json::json;
 use std::time::Duration;
 

@@ -11,7 +11,7 @@ use super::Result;
 use clap::Args;
 use dlq::error::DlqError;
 use dlq::model::{State, UNKNOWN};
-use dlq::store::alerting::{age, Gauges, PairCounts};
+use dlq::store::alerting::{age, bounded, Gauges, PairCounts};
 use prometheus::{Encoder, GaugeVec, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry};
 
 /// The producer label of the pairs beyond `--max-series`.
@@ -41,22 +41,6 @@ pub async fn run(ctx: &Ctx, args: MetricsArgs) -> Result<u8> {
     ctx.out
         .generated(&render(&gauges, args.max_series as usize)?);
     Ok(dlq::exit::OK)
-}
-
-/// `reads` within `limit` on the client's clock too: a database that stops answering
-/// mid-statement (a cut network) never lets its server-side timeout reach the client.
-pub async fn bounded<T>(
-    limit: std::time::Duration,
-    reads: impl std::future::Future<Output = dlq::error::Result<T>>,
-) -> dlq::error::Result<T> {
-    tokio::time::timeout(limit, reads)
-        .await
-        .unwrap_or_else(|_| {
-            Err(DlqError::Unavailable {
-                what: "statement timed out".into(),
-                source: None,
-            })
-        })
 }
 
 /// The pairs to show: the first `max` as they are, the rest summed per reason under

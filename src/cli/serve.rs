@@ -8,10 +8,11 @@
 //! connects again. The server keeps serving until Ctrl-C or SIGTERM, then exits 0.
 
 use super::filters::FilterArgs;
-use super::metrics::{bounded, render, render_down};
+use super::metrics::{render, render_down};
 use super::{say, Ctx, Result};
 use anyhow::Context as _;
 use dlq::secret::SecretUrl;
+use dlq::store::alerting::bounded;
 use dlq::store::{self, Store, StoreOptions};
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};

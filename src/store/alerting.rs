@@ -7,7 +7,7 @@
 //! rule ([`state_predicate`]), never spelled here, so a change of that rule reaches the
 //! alerts too.
 
-use super::read::{all, required, select, text, Backend, Bind, Dialect, Reads};
+use super::read::{all, required, select, text, Backend, Dialect, Reads};
 use super::state_predicate;
 use crate::error::Result;
 use crate::model::{Filter, Outcome, State};
@@ -69,6 +69,22 @@ impl Gauges {
             .min()
             .map(|t| age(self.now, t))
     }
+}
+
+/// `reads` within `limit` on the client's clock too: a database that stops answering
+/// mid-statement (a cut network) never lets its server-side timeout reach the client.
+pub async fn bounded<T>(
+    limit: std::time::Duration,
+    reads: impl std::future::Future<Output = Result<T>>,
+) -> Result<T> {
+    tokio::time::timeout(limit, reads)
+        .await
+        .unwrap_or_else(|_| {
+            Err(crate::error::DlqError::Unavailable {
+                what: "statement timed out".into(),
+                source: None,
+            })
+        })
 }
 
 /// How long before `now` `t` was; zero for a time ahead of the clock.
@@ -138,14 +154,16 @@ async fn pair_counts<B: Backend>(b: &B, filter: &Filter) -> Result<Vec<PairCount
 }
 
 async fn outcome_counts<B: Backend>(b: &B, filter: &Filter) -> Result<Vec<(Outcome, i64)>> {
-    let mut qb: QueryBuilder<'static, B::Db> = QueryBuilder::new(
-        "SELECT outcome, count(*) AS n FROM dead_letter_history WHERE outcome IN (",
-    );
-    for (i, o) in REPLAY_OUTCOMES.iter().enumerate() {
-        qb.push(if i == 0 { "" } else { ", " });
-        B::Db::bind(&mut qb, Bind::Text(o.as_str().to_string()));
-    }
-    qb.push(")");
+    // Literals, not parameters: the planner matches them with the partial index
+    // `dead_letter_history_outcome_idx` (migration 20261202000400).
+    let names: Vec<String> = REPLAY_OUTCOMES
+        .iter()
+        .map(|o| format!("'{}'", o.as_str()))
+        .collect();
+    let mut qb: QueryBuilder<'static, B::Db> = QueryBuilder::new(format!(
+        "SELECT outcome, count(*) AS n FROM dead_letter_history WHERE outcome IN ({})",
+        names.join(", ")
+    ));
     if *filter != Filter::default() {
         // The history of the selected rows only; unfiltered, no second pass over them.
         qb.push(" AND dead_letter_id IN (SELECT id FROM dead_letters");
