@@ -300,6 +300,10 @@ struct Served {
 
 impl Served {
     fn start(db: &TestDb, url: &str) -> Served {
+        Served::start_with(db, url, "2s")
+    }
+
+    fn start_with(db: &TestDb, url: &str, statement_timeout: &str) -> Served {
         let mut child = db
             .cmd()
             .env("DLQ_DATABASE_URL", url)
@@ -310,7 +314,7 @@ impl Served {
                 "--connect-timeout",
                 "2s",
             ])
-            .args(["--statement-timeout", "2s"])
+            .args(["--statement-timeout", statement_timeout])
             .stderr(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -411,6 +415,59 @@ fn listen_says_down_while_the_database_is_cut_and_keeps_serving() {
     assert_eq!(pending_total(&text), 1.0);
     signal(&served.child, "INT");
     assert_eq!(served.child.wait().unwrap().code(), Some(0), "Ctrl-C");
+}
+
+#[test]
+fn listen_queries_the_store_once_for_scrapes_that_wait_together() {
+    let db = TestDb::migrated(Backend::Postgres);
+    import(&db, &[row("w0", "poison_message", "billing", "pending")]);
+    // Every pair count is one scan of dead_letters (the history count reads another table).
+    let scans = || {
+        db.scalar(
+            "SELECT seq_scan + COALESCE(idx_scan, 0) FROM pg_stat_user_tables \
+             WHERE relname = 'dead_letters'",
+        )
+    };
+    // A writer holds the table for 2 s: the first scrape's query waits on it.
+    let (locked_tx, locked) = std::sync::mpsc::channel();
+    let url = db.url.clone();
+    let holder = std::thread::spawn(move || {
+        rt().block_on(async {
+            use sqlx::Connection;
+            let mut c = sqlx::PgConnection::connect(&url).await.unwrap();
+            let mut tx = c.begin().await.unwrap();
+            sqlx::query("LOCK TABLE dead_letters IN ACCESS EXCLUSIVE MODE")
+                .execute(&mut *tx)
+                .await
+                .unwrap();
+            locked_tx.send(()).unwrap();
+            tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+            tx.commit().await.unwrap();
+        })
+    });
+    locked.recv().unwrap();
+    let before = scans();
+    let mut served = Served::start_with(&db, &db.url, "20s");
+    let served_ref = &served;
+    let bodies: Vec<String> = std::thread::scope(|s| {
+        let first = s.spawn(|| served_ref.scrape());
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        let rest: Vec<_> = (0..2).map(|_| s.spawn(|| served_ref.scrape())).collect();
+        std::iter::once(first)
+            .chain(rest)
+            .map(|h| h.join().unwrap())
+            .collect()
+    });
+    holder.join().unwrap();
+    for b in &bodies {
+        assert_eq!(value(&parse(b), "dlq_up", &[]), 1.0, "{b}");
+        assert_eq!(b, &bodies[0], "the waiting scrapes get the same text");
+    }
+    // Its connection closed, the server's backend has reported its scans.
+    signal(&served.child, "TERM");
+    assert_eq!(served.child.wait().unwrap().code(), Some(0));
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert_eq!(scans() - before, 1, "three scrapes, one query");
 }
 
 fn check(db: &TestDb, args: &[&str]) -> Run {
