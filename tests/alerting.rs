@@ -570,6 +570,15 @@ fn check_without_a_threshold_is_usage_and_an_unreadable_store_is_1() {
         serde_json::Value::Null
     );
 
+    // A bad filter stops `--listen` at once (not a `dlq_up 0` at every scrape).
+    let r = db.dlq(&["metrics", "--listen", "127.0.0.1:0", "--grep", ""]);
+    assert_eq!(r.code, 2, "{}", r.all());
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let r = db.dlq(&["metrics", "--listen", &addr]);
+    assert_eq!(r.code, 1, "{}", r.all());
+    assert!(r.stderr.contains("cannot listen on"), "{}", r.stderr);
+
     let unmigrated = TestDb::new(Backend::Postgres);
     let r = check(&unmigrated, &["--max-pending", "1"]);
     assert_eq!(r.code, 1, "{}", r.all());
