@@ -14,5 +14,7 @@ pub const NOT_FOUND: u8 = 4;
 pub const PUBLISH_FAILED: u8 = 5;
 /// `uncertain`: it may have been published; see `dlq show` before acting again.
 pub const UNCERTAIN: u8 = 6;
+/// `check`: a threshold is breached.
+pub const BREACHED: u8 = 7;
 /// Interrupted (SIGINT/SIGTERM) before anything was published.
 pub const INTERRUPTED: u8 = 130;

@@ -320,6 +320,13 @@ mod lost_reply {
     }
 
     #[async_trait]
+    impl AlertReads for LoseFirstMarkReply {
+        async fn gauges(&self, f: &Filter) -> Result<dlq::store::alerting::Gauges> {
+            self.inner.gauges(f).await
+        }
+    }
+
+    #[async_trait]
     impl Store for LoseFirstMarkReply {
         async fn migrate(&self) -> Result<Vec<String>> {
             self.inner.migrate().await

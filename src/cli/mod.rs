@@ -4,6 +4,7 @@
 mod aggregate;
 mod broker;
 mod capture;
+mod check;
 mod claim;
 mod completions;
 mod discard;
@@ -12,6 +13,7 @@ mod filters;
 mod import;
 mod list;
 mod man;
+mod metrics;
 mod migrate;
 mod note;
 mod output;
@@ -24,6 +26,7 @@ mod replay;
 mod report;
 mod resolve;
 mod restore;
+mod serve;
 mod show;
 
 use anyhow::Context as _;
@@ -48,7 +51,7 @@ pub use output::Out;
     version,
     about = "Dead-letter triage and safe replay",
     long_about = "Dead-letter triage and safe replay.\n\nIsolate what is failing (list, aggregate, show), then replay one reviewed dead letter or a reviewed plan through claim -> publish with confirm -> mark.",
-    after_help = "Exit codes: 0 done, 1 error, 2 usage, 3 not_replayed/not_claimed/not_released/not_resolved/not_discarded/not_restored, 4 not_found, 5 publish_failed, 6 uncertain, 130 interrupted."
+    after_help = "Exit codes: 0 done, 1 error, 2 usage, 3 not_replayed/not_claimed/not_released/not_resolved/not_discarded/not_restored, 4 not_found, 5 publish_failed, 6 uncertain, 7 breached (check), 130 interrupted."
 )]
 pub struct Cli {
     #[command(flatten)]
@@ -189,6 +192,10 @@ pub enum Command {
     Note(note::NoteArgs),
     /// Delete dead letters replayed or discarded long ago, with their history
     Prune(prune::PruneArgs),
+    /// Print the store's state in the Prometheus text format, or serve it (--listen)
+    Metrics(metrics::MetricsArgs),
+    /// Exit 7 when a threshold (pending, oldest pending age, uncertain) is breached
+    Check(check::CheckArgs),
     /// Create or upgrade the schema (safe to run again)
     Migrate(migrate::MigrateArgs),
     /// Print shell completions
@@ -627,6 +634,8 @@ async fn run(ctx: &Ctx, command: Command) -> Result<u8> {
         Command::Restore(a) => restore::run(ctx, a).await,
         Command::Note(a) => note::run(ctx, a).await,
         Command::Prune(a) => prune::run(ctx, a).await,
+        Command::Metrics(a) => metrics::run(ctx, a).await,
+        Command::Check(a) => check::run(ctx, a).await,
         Command::Migrate(a) => migrate::run(ctx, a).await,
         Command::Completions(a) => completions::run(ctx, a),
         Command::Man(a) => man::run(ctx, a),

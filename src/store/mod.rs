@@ -8,6 +8,7 @@
 //!   caller's claim token, so a stale token can neither mark nor release;
 //! - reads never touch `body` except where the body is the point (`show`, `plan`, replay).
 
+pub mod alerting;
 mod identity;
 pub mod postgres;
 pub mod read;
@@ -16,6 +17,7 @@ pub mod sqlite_open;
 pub mod sqlite_read;
 pub mod sqlite_time;
 
+pub use alerting::AlertReads;
 pub use read::{Backend, Dialect, Reads};
 
 use crate::error::{DlqError, Result};
@@ -158,7 +160,7 @@ impl Default for StoreOptions {
 /// The writes of a store: each backend's own SQL. The reads ([`Reads`]) are one
 /// implementation for both.
 #[async_trait]
-pub trait Store: Reads {
+pub trait Store: Reads + AlertReads {
     /// Applies the embedded migrations; returns the descriptions of those applied now.
     async fn migrate(&self) -> Result<Vec<String>>;
     /// All rows or none, in one transaction.

@@ -24,7 +24,8 @@ use sqlx::{Database, Pool, QueryBuilder};
 mod decode;
 mod rows;
 
-use decode::{required, summary, text, time, unreadable};
+pub(crate) use decode::{required, text};
+use decode::{summary, time, unreadable};
 pub(crate) use rows::import_history;
 use rows::{exported, read_bodies};
 
@@ -411,7 +412,7 @@ async fn each<B: Backend>(
     Ok(n)
 }
 
-async fn all<B: Backend, T: Send>(
+pub(crate) async fn all<B: Backend, T: Send>(
     b: &B,
     qb: &mut QueryBuilder<'static, B::Db>,
     decode: impl Fn(&Row<B>) -> Decoded<T> + Send + Sync,
@@ -453,7 +454,7 @@ async fn count_of<B: Backend>(b: &B, qb: &mut QueryBuilder<'static, B::Db>) -> R
     Ok(n.first().copied().unwrap_or_default())
 }
 
-fn select<D: Dialect>(columns: &str, filter: &Filter) -> QueryBuilder<'static, D> {
+pub(crate) fn select<D: Dialect>(columns: &str, filter: &Filter) -> QueryBuilder<'static, D> {
     let mut qb = QueryBuilder::new(format!("SELECT {columns} FROM dead_letters"));
     push_where(&mut qb, filter);
     qb

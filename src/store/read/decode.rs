@@ -6,7 +6,7 @@ use crate::model::{token_operator, DeadLetter, IdStorage, State, Summary};
 use chrono::{DateTime, Utc};
 use std::collections::BTreeMap;
 
-pub(super) fn required<T>(v: Option<T>, col: &str) -> Decoded<T> {
+pub(crate) fn required<T>(v: Option<T>, col: &str) -> Decoded<T> {
     v.ok_or_else(|| sqlx::Error::ColumnDecode {
         index: col.to_string(),
         source: "unexpected NULL".into(),
@@ -15,7 +15,7 @@ pub(super) fn required<T>(v: Option<T>, col: &str) -> Decoded<T> {
 
 /// A text column as a worker wrote it: SQLite does not check that TEXT is UTF-8, and one
 /// invalid byte must not make a whole listing fail (PostgreSQL refuses them on insert).
-pub(super) fn text<D: Dialect>(row: &D::Row, col: &str) -> Decoded<Option<String>> {
+pub(crate) fn text<D: Dialect>(row: &D::Row, col: &str) -> Decoded<Option<String>> {
     D::text(row, col, true)
 }
 
