@@ -643,3 +643,53 @@ fn each_storage_class_of_each_time_column_is_read() {
     assert_eq!(r.code, 0, "{}", r.all());
     assert_eq!(r.lines().len(), columns.len() * FORMS.len());
 }
+
+/// `metrics` and `check` read the workers' rows by the same time rule as `list`. Once
+/// broke (merge of metrics): their oldest-pending read took `dead_lettered_at` as stored,
+/// so one TEXT time made both exit 1, and the state counts compared the stored lease end.
+#[test]
+fn metrics_and_check_read_the_workers_rows() {
+    let db = TestDb::migrated(Backend::Sqlite);
+    python_workers(&db, "orders");
+    let list = db.dlq(&["list", "--state", "all", "--limit", "100"]).json();
+    let rows = list.as_array().unwrap();
+    let count = |state: &str| rows.iter().filter(|r| r["state"] == state).count() as i64;
+    let oldest = rows
+        .iter()
+        .filter(|r| r["state"] == "pending")
+        .filter_map(|r| r["dead_lettered_at"].as_str())
+        .filter_map(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+        .min()
+        .expect("a pending row with a readable time");
+
+    let m = db.dlq(&["metrics"]);
+    assert_eq!(m.code, 0, "{}", m.all());
+    let sum = |state: &str| -> i64 {
+        let label = format!("state=\"{state}\"");
+        m.stdout
+            .lines()
+            .filter(|l| l.starts_with("dlq_dead_letters{") && l.contains(&label))
+            .map(|l| l.rsplit(' ').next().unwrap().parse::<i64>().unwrap())
+            .sum()
+    };
+    for state in ["pending", "claimed", "uncertain", "replayed", "discarded"] {
+        assert_eq!(sum(state), count(state), "{state}: {}", m.stdout);
+    }
+    assert!(
+        m.stdout
+            .lines()
+            .any(|l| l == "dlq_uncertain_dead_letters 1"),
+        "{}",
+        m.stdout
+    );
+
+    let c = db.dlq(&["check", "--max-pending", "1000", "-o", "json"]);
+    assert_eq!(c.code, 0, "{}", c.all());
+    let age = c.json()["oldest_pending_age_seconds"].as_f64().unwrap();
+    let expected = (chrono::Utc::now() - oldest.with_timezone(&chrono::Utc)).num_seconds() as f64;
+    assert!(
+        (age - expected).abs() < 300.0,
+        "age {age}, expected about {expected}"
+    );
+    assert_eq!(c.json()["pending"], count("pending"));
+}
