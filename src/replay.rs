@@ -520,20 +520,18 @@ impl<'a> Batch<'a> {
         }
         let publisher = broker.publisher().expect("connected before attempting");
         let mut unsent = Vec::new();
+        let skipped: Vec<String> = ids
+            .iter()
+            .filter(|id| !attempted.contains(*id))
+            .cloned()
+            .collect();
+        let why = format!(
+            "not attempted: the lease ends within {} (the confirm wait and sending), or the token no longer holds it; nothing was published",
+            humantime::format_duration(outlive)
+        );
+        self.not_attempted(store, &skipped, &token, &why).await;
         for (id, target) in chunk {
             if !attempted.contains(&id) {
-                let why = format!(
-                    "not attempted: the lease ends within {} (the confirm wait and sending), or the token no longer holds it; nothing was published",
-                    humantime::format_duration(outlive)
-                );
-                self.release(
-                    store,
-                    std::slice::from_ref(&id),
-                    &token,
-                    Outcome::NotReplayed,
-                    &why,
-                )
-                .await;
                 continue;
             }
             self.attempt_tokens.insert(id.clone(), new.clone());

@@ -182,12 +182,33 @@ fn review_imported_uncertain_row_is_released_by_the_operator_name() {
 /// although the row is `replayed`; now the row is read back.
 #[test]
 fn review_lost_mark_reply_reports_a_replayed_row_as_uncertain() {
-    use dlq::store::Store;
     let mut rabbit = Rabbit::new();
     let q = rabbit.queue("rv_lostmark");
     let db = TestDb::migrated(Backend::Postgres);
     db.add(letter("m1", &q, br#"{"event_id":"evt-m1"}"#));
-    let report = rt().block_on(async {
+    let report = replay_through(&db, "m1", Fault::LoseMarkReply);
+    assert_eq!(rabbit.drain(&q).len(), 1);
+    assert_eq!(state(&db, "m1"), "replayed");
+    assert_eq!(
+        report.outcome,
+        dlq::Outcome::Replayed,
+        "row is replayed but the run reported {:?}: {}",
+        report.outcome,
+        report.detail
+    );
+}
+
+/// What the wrapper store of [`lost_reply`] does once.
+#[derive(PartialEq)]
+enum Fault {
+    LoseMarkReply,
+    RivalAttempt,
+}
+
+/// `dlq replay ID --yes` through the wrapper store of [`lost_reply`], as the library runs it.
+fn replay_through(db: &TestDb, id: &str, fault: Fault) -> dlq::replay::ItemReport {
+    use dlq::store::Store;
+    rt().block_on(async {
         let inner = dlq::store::open(
             &dlq::secret::SecretUrl::new(db.url.clone()),
             &dlq::store::StoreOptions::default(),
@@ -196,7 +217,8 @@ fn review_lost_mark_reply_reports_a_replayed_row_as_uncertain() {
         .unwrap();
         let store = lost_reply::LoseFirstMarkReply {
             inner,
-            armed: AtomicBool::new(true),
+            armed: AtomicBool::new(fault == Fault::LoseMarkReply),
+            rival: AtomicBool::new(fault == Fault::RivalAttempt),
         };
         let mut broker = dlq::publisher::Broker::new(
             vec![dlq::secret::SecretUrl::new(AMQP)],
@@ -212,14 +234,10 @@ fn review_lost_mark_reply_reports_a_replayed_row_as_uncertain() {
         let opts = dlq::replay::ReplayOptions {
             operator: "tester".into(),
             lease: Duration::from_secs(60),
-            token: None,
-            exchange: None,
-            routing_key: None,
-            plan_id: None,
             ..Default::default()
         };
         let items = [dlq::replay::Item {
-            id: "m1".into(),
+            id: id.into(),
             expected_sha256: None,
         }];
         let stop = AtomicBool::new(false);
@@ -229,16 +247,22 @@ fn review_lost_mark_reply_reports_a_replayed_row_as_uncertain() {
         broker.close().await;
         store.close().await;
         r.into_iter().next().unwrap()
-    });
-    assert_eq!(rabbit.drain(&q).len(), 1);
-    assert_eq!(state(&db, "m1"), "replayed");
-    assert_eq!(
-        report.outcome,
-        dlq::Outcome::Replayed,
-        "row is replayed but the run reported {:?}: {}",
-        report.outcome,
-        report.detail
-    );
+    })
+}
+
+/// Two holders of one hand-taken token both pass the claim; the one whose attempt finds
+/// the row already attempted publishes nothing. Once broke: it reported `not_replayed`
+/// (exit 3) although the rival's attempt left the row `uncertain` (review of issue 20).
+#[test]
+fn a_replay_beaten_to_the_attempt_reports_the_open_attempt_uncertain() {
+    let mut rabbit = Rabbit::new();
+    let q = rabbit.queue("rv_rival");
+    let db = TestDb::migrated(Backend::Postgres);
+    db.add(letter("r1", &q, br#"{"event_id":"evt-r1"}"#));
+    let report = replay_through(&db, "r1", Fault::RivalAttempt);
+    assert!(rabbit.drain(&q).is_empty(), "this run published nothing");
+    assert_eq!(state(&db, "r1"), "uncertain");
+    assert_eq!(report.outcome, dlq::Outcome::Uncertain, "{}", report.detail);
 }
 
 mod lost_reply {
@@ -250,10 +274,13 @@ mod lost_reply {
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::time::Duration;
 
-    /// The real store, except that the first mark commits and then "loses its reply".
+    /// The real store, except that the first mark commits and then "loses its reply"
+    /// (`armed`), and that the first attempt is beaten by a rival holding the same token
+    /// (`rival`: two holders of one hand-taken token that both passed the claim).
     pub struct LoseFirstMarkReply {
         pub inner: Box<dyn Store>,
         pub armed: AtomicBool,
+        pub rival: AtomicBool,
     }
 
     #[async_trait]
@@ -351,6 +378,10 @@ mod lost_reply {
             outlive: Duration,
             h: &[NewHistory],
         ) -> Result<Vec<String>> {
+            if self.rival.swap(false, Ordering::SeqCst) {
+                let rival = format!("rival:{}", uuid::Uuid::new_v4());
+                self.inner.attempt(ids, token, &rival, outlive, &[]).await?;
+            }
             self.inner.attempt(ids, token, new_token, outlive, h).await
         }
         async fn mark_replayed(

@@ -10,11 +10,13 @@
 //! at once, leaving the rows `uncertain` (never a mark that may or may not have been
 //! written reported as one or the other).
 
+use super::why::why_unavailable;
 use super::Batch;
 use crate::error::DlqError;
-use crate::model::{NewHistory, Outcome};
+use crate::model::{NewHistory, Outcome, State, Summary};
 use crate::store::{is_transient, Store};
 use chrono::{DateTime, Utc};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -226,6 +228,50 @@ impl<'a> Batch<'a> {
             };
             self.opts.notices.send(&n);
         }
+    }
+
+    /// Rows the attempt step did not take (step 2, zero rows): released as
+    /// `not_replayed`, unless another run's attempt is open on one now (two holders of one
+    /// hand-taken token both passed the claim): that row is `uncertain`, as a claim that
+    /// finds an open attempt says, never "not replayed" for what may be out.
+    pub(super) async fn not_attempted(
+        &mut self,
+        store: &dyn Store,
+        ids: &[String],
+        token: &str,
+        why: &str,
+    ) {
+        if ids.is_empty() {
+            return;
+        }
+        let open: HashMap<String, Summary> = match store.summaries(ids).await {
+            Ok(rows) => rows
+                .into_iter()
+                .filter(|s| s.state == State::Uncertain)
+                .map(|s| (s.id.clone(), s))
+                .collect(),
+            Err(_) => HashMap::new(),
+        };
+        let now = match open.is_empty() {
+            true => Utc::now(),
+            false => store.now().await.unwrap_or_else(|_| Utc::now()),
+        };
+        let mut rest = Vec::new();
+        for id in ids {
+            let Some(row) = open.get(id) else {
+                rest.push(id.clone());
+                continue;
+            };
+            let detail = format!(
+                "{}; another replay attempted it first, nothing was published by this one",
+                why_unavailable(row, now)
+            );
+            let e = self.entry(id, "replay", Outcome::Uncertain, &detail, token);
+            self.history.push(e);
+            self.report(id, Outcome::Uncertain, detail);
+        }
+        self.release(store, &rest, token, Outcome::NotReplayed, why)
+            .await;
     }
 
     /// 5. Clear lease and attempt: nothing was published.
