@@ -679,4 +679,4 @@ async fn insert_captured(
 
 #[cfg(test)]
 #[path = "sqlite_tests.rs"]
-mod tests;
+pub(crate) mod tests;

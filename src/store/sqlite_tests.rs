@@ -2,8 +2,8 @@
 
 use super::*;
 
-#[tokio::test]
-async fn writes_are_committed_with_synchronous_full() {
+/// A store on a new file in a temporary directory (kept while the guard lives).
+pub(crate) async fn temp_store() -> (tempfile::TempDir, SqliteStore) {
     let dir = tempfile::tempdir().unwrap();
     let url = SecretUrl::new(format!("sqlite://{}", dir.path().join("t.db").display()));
     let opts = StoreOptions {
@@ -11,6 +11,12 @@ async fn writes_are_committed_with_synchronous_full() {
         ..StoreOptions::default()
     };
     let store = SqliteStore::connect(&url, &opts).await.unwrap();
+    (dir, store)
+}
+
+#[tokio::test]
+async fn writes_are_committed_with_synchronous_full() {
+    let (_dir, store) = temp_store().await;
     let level: i64 = sqlx::query_scalar("PRAGMA synchronous")
         .fetch_one(&store.pool)
         .await
@@ -22,13 +28,7 @@ async fn writes_are_committed_with_synchronous_full() {
 /// once (a wrong hint would only cost a second write: the trigger corrects it).
 #[tokio::test]
 async fn the_identity_hint_agrees_with_the_triggers() {
-    let dir = tempfile::tempdir().unwrap();
-    let url = SecretUrl::new(format!("sqlite://{}", dir.path().join("t.db").display()));
-    let opts = StoreOptions {
-        create: true,
-        ..StoreOptions::default()
-    };
-    let store = SqliteStore::connect(&url, &opts).await.unwrap();
+    let (_dir, store) = temp_store().await;
     store.migrate().await.unwrap();
     let long = " \n".repeat(40);
     // (producer, schema_version, event_id columns; headers; body)

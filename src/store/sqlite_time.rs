@@ -177,20 +177,13 @@ pub fn from_int(v: i64) -> Option<DateTime<Utc>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::secret::SecretUrl;
-    use crate::store::{sqlite::SqliteStore, Backend, Store, StoreOptions};
+    use crate::store::{Backend, Store};
 
     /// The migration's indexes are on the same expression as the reads use: a list and a
     /// filtered list are index scans, not a sort of the table.
     #[tokio::test]
     async fn the_reads_use_the_expression_indexes() {
-        let dir = tempfile::tempdir().unwrap();
-        let url = SecretUrl::new(format!("sqlite://{}", dir.path().join("t.db").display()));
-        let opts = StoreOptions {
-            create: true,
-            ..StoreOptions::default()
-        };
-        let store = SqliteStore::connect(&url, &opts).await.unwrap();
+        let (_dir, store) = crate::store::sqlite::tests::temp_store().await;
         store.migrate().await.unwrap();
         for (filter, index) in [
             ("", "dead_letters_at_idx"),
