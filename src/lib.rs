@@ -5,10 +5,10 @@
 //! ([`publisher`]), and the replay protocol itself ([`replay`]), which is the only place
 //! that moves a row from pending to replayed. The `dlq` binary is a thin command layer.
 
+pub mod broker;
 pub mod capture;
 pub mod error;
 pub mod exit;
-pub mod headers;
 pub mod import;
 pub mod model;
 pub mod plan;

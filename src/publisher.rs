@@ -10,16 +10,19 @@
 //! socket, any other nack). lapin can hang when the server closes the connection and when a vhost is
 //! missing, hence a timeout around every await.
 
-use crate::error::{DlqError, Result};
-pub use crate::headers::{replay_headers, to_field_table};
+pub use crate::broker::codec::{replay_headers, to_field_table, DEAD_LETTER_ID_HEADER};
+use crate::broker::connect::host_of;
+pub use crate::broker::connect::{
+    open_connection, open_first_connection, parse_amqp_url, validate_amqp_url, ConnectError,
+    ConnectOptions, TlsFiles,
+};
+use crate::broker::reply::is_not_found;
 use crate::secret::{scrub, SecretUrl};
 use crate::topology::BrokerTopology;
 use futures_util::FutureExt;
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, QueueDeclareOptions};
-use lapin::tcp::{OwnedIdentity, OwnedTLSConfig};
-use lapin::types::{AMQPValue, FieldTable, LongString, ShortString};
-use lapin::uri::AMQPUri;
-use lapin::{BasicProperties, Channel, Connection, ConnectionProperties, DefaultConnectionBuilder};
+use lapin::types::{AMQPValue, FieldTable, ShortString};
+use lapin::{BasicProperties, Channel, Connection};
 use lapin::{Confirmation, PublisherConfirm};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -124,49 +127,6 @@ pub struct Publisher {
     stalled: AtomicBool,
 }
 
-/// TLS material for `amqps://`, read when connecting.
-#[derive(Debug, Clone, Default)]
-pub struct TlsFiles {
-    /// PEM bundle of CAs to trust (default: the system's roots).
-    pub ca_file: Option<std::path::PathBuf>,
-    /// PEM client certificate and PKCS#8 PEM key, for client-certificate authentication.
-    pub client_cert: Option<std::path::PathBuf>,
-    pub client_key: Option<std::path::PathBuf>,
-}
-
-impl TlsFiles {
-    fn load(&self) -> std::result::Result<OwnedTLSConfig, ConnectError> {
-        let read = |p: &std::path::Path, what: &str| {
-            std::fs::read(p).map_err(|source| ConnectError::File {
-                what: format!("cannot read the {what} {}", p.display()),
-                source,
-            })
-        };
-        let cert_chain = match &self.ca_file {
-            Some(p) => Some(String::from_utf8(read(p, "CA file")?).map_err(|_| {
-                DlqError::usage(format!("the CA file {} is not PEM text", p.display()))
-            })?),
-            None => None,
-        };
-        let identity = match (&self.client_cert, &self.client_key) {
-            (Some(c), Some(k)) => Some(OwnedIdentity::PKCS8 {
-                pem: read(c, "client certificate")?,
-                key: read(k, "client key")?,
-            }),
-            (None, None) => None,
-            _ => {
-                return Err(
-                    DlqError::usage("--amqp-client-cert and --amqp-client-key go together").into(),
-                )
-            }
-        };
-        Ok(OwnedTLSConfig {
-            identity,
-            cert_chain,
-        })
-    }
-}
-
 /// The broker side of a run: one connection, opened on first use (or early, in the
 /// background), reopened when it died or a confirm went unanswered; an optional publish
 /// rate shared with other connections; and turns taken with them.
@@ -224,57 +184,6 @@ pub type Turn = tokio::sync::OwnedMutexGuard<()>;
 pub enum NoConnection {
     Failed(ConnectError),
     Interrupted,
-}
-
-/// Why a connection (and so a publish) could not start: nothing was published.
-#[derive(Debug, thiserror::Error)]
-pub enum ConnectError {
-    /// The URL or the TLS files are unusable: fix the configuration.
-    #[error("{0}")]
-    Setup(#[from] DlqError),
-    #[error("{what}")]
-    File {
-        what: String,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("timed out after {after} {doing} at {host}{hint}")]
-    TimedOut {
-        doing: &'static str,
-        host: String,
-        after: String,
-        hint: &'static str,
-    },
-    #[error("RabbitMQ at {host} has blocked publishing (memory or disk alarm); nothing was sent")]
-    Blocked { host: String },
-    /// The broker or the network said no; `what` is the operator's reading of it.
-    #[error("{what}")]
-    Broker {
-        what: String,
-        #[source]
-        source: lapin::Error,
-    },
-    #[error("connecting to RabbitMQ failed: {0}")]
-    Task(#[from] tokio::task::JoinError),
-    #[error("no node of the cluster answers ({} tried): {}", .0.len(), join(.0))]
-    NoNode(Vec<ConnectError>),
-}
-
-fn join(errors: &[ConnectError]) -> String {
-    errors
-        .iter()
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join("; ")
-}
-
-impl ConnectError {
-    fn broker(what: impl Into<String>, source: lapin::Error) -> Self {
-        ConnectError::Broker {
-            what: what.into(),
-            source,
-        }
-    }
 }
 
 /// Waits for `fut`, giving up as soon as `stop` is set.
@@ -464,147 +373,6 @@ impl Broker {
             p.close().await;
         }
     }
-}
-
-/// Parses an AMQP URL the way an operator means it, before any driver sees it (their
-/// parse errors echo the password). Unlike the AMQP URI parser underneath lapin, an IP
-/// host (`10.0.0.5`, `[::1]`) is kept, not replaced by `localhost`; a user without a
-/// password is refused rather than given `guest`'s; `amqp://host` and `amqp://host/%2f`
-/// mean vhost `/`, and a bare trailing `/` (the empty vhost) is refused with an
-/// explanation.
-pub fn parse_amqp_url(url: &SecretUrl) -> Result<AMQPUri> {
-    let bad = |why: String| DlqError::usage(format!("invalid AMQP URL {url}: {why}"));
-    if let Some(why) = url.problem() {
-        return Err(bad(format!(
-            "{why}; expected amqp://USER:PASSWORD@HOST:PORT/VHOST"
-        )));
-    }
-    let u = url::Url::parse(url.expose()).map_err(|e| {
-        bad(format!(
-            "{e}; expected amqp://USER:PASSWORD@HOST:PORT/VHOST"
-        ))
-    })?;
-    if u.scheme() != "amqp" && u.scheme() != "amqps" {
-        return Err(bad("the scheme must be amqp or amqps".into()));
-    }
-    let host = match u.host() {
-        Some(url::Host::Domain(d)) if !d.is_empty() => d.to_string(),
-        Some(url::Host::Ipv4(ip)) => ip.to_string(),
-        Some(url::Host::Ipv6(ip)) => ip.to_string(),
-        _ => return Err(bad("no host".into())),
-    };
-    if !u.username().is_empty() && u.password().is_none() {
-        return Err(DlqError::usage(format!(
-            "AMQP URL {url} names user {:?} but no password; give one (or use --amqp-url-file) rather than relying on a default",
-            u.username()
-        )));
-    }
-    let decode = |s: &str| {
-        url::form_urlencoded::parse(format!("x={}", s.replace('+', "%2B")).as_bytes())
-            .next()
-            .map(|(_, v)| v.into_owned())
-            .unwrap_or_default()
-    };
-    let vhost = match u.path() {
-        "" => "/".to_string(),
-        "/" => {
-            return Err(bad(
-                "it ends in '/', which names the empty vhost \"\"; for the default vhost write /%2f (or leave the path out)".into(),
-            ))
-        }
-        p if p[1..].contains('/') => {
-            return Err(bad(format!(
-                "vhost path {p:?} has more than one segment; encode a '/' inside a vhost name as %2f"
-            )))
-        }
-        p => decode(&p[1..]),
-    };
-    // The query (heartbeat, connection_timeout, ...) is parsed by the AMQP URI parser;
-    // its error text is not shown since it repeats the URL.
-    let mut uri: AMQPUri = url
-        .expose()
-        .parse()
-        .map_err(|_| bad("unsupported query parameters".into()))?;
-    uri.authority.host = host;
-    uri.authority.port = u
-        .port()
-        .unwrap_or(if u.scheme() == "amqps" { 5671 } else { 5672 });
-    if !u.username().is_empty() {
-        uri.authority.userinfo.username = decode(u.username());
-        uri.authority.userinfo.password = decode(u.password().unwrap_or_default());
-    }
-    uri.vhost = vhost;
-    Ok(uri)
-}
-
-/// Checks an AMQP URL (see [`parse_amqp_url`]).
-pub fn validate_amqp_url(url: &SecretUrl) -> Result<()> {
-    parse_amqp_url(url).map(|_| ())
-}
-
-fn host_of(uri: &AMQPUri) -> String {
-    if uri.authority.host.contains(':') {
-        format!("[{}]:{}", uri.authority.host, uri.authority.port)
-    } else {
-        format!("{}:{}", uri.authority.host, uri.authority.port)
-    }
-}
-
-/// How to open a connection to the broker (shared by the publisher and `capture`).
-#[derive(Debug, Clone)]
-pub struct ConnectOptions {
-    pub connect_timeout: Duration,
-    /// Shown in the broker's management UI.
-    pub connection_name: String,
-    pub tls: TlsFiles,
-}
-
-/// Opens one AMQP connection: the URL parsed as [`parse_amqp_url`] does, the TLS files
-/// read, every wait bounded by the connect timeout, errors in one line without the
-/// password. Returns the connection and `host:port` for messages.
-pub async fn open_connection(
-    url: &SecretUrl,
-    opts: &ConnectOptions,
-) -> std::result::Result<(Connection, String), ConnectError> {
-    let uri = parse_amqp_url(url)?;
-    let host = host_of(&uri);
-    let tls = opts.tls.load()?;
-    let props = ConnectionProperties::default()
-        .with_connection_name(LongString::from(opts.connection_name.clone()));
-    let builder = DefaultConnectionBuilder::new()
-        .map_err(|e| ConnectError::broker("no async runtime for the broker connection", e))?
-        .with_uri(uri)
-        .with_properties(props)
-        .with_tls_config(tls);
-    match timeout(opts.connect_timeout, builder.connect()).await {
-        Err(_) => Err(ConnectError::TimedOut {
-            doing: "connecting to RabbitMQ",
-            host,
-            after: humantime::format_duration(opts.connect_timeout).to_string(),
-            hint: " (unreachable, or the vhost does not exist)",
-        }),
-        Ok(Err(e)) => Err(ConnectError::broker(describe_connect_error(&e, &host), e)),
-        Ok(Ok(c)) => Ok((c, host)),
-    }
-}
-
-/// Tries the URLs in order (the nodes of one cluster) and returns the first connection
-/// that opens, with the index of its URL; when none does, the last error.
-pub async fn open_first_connection(
-    urls: &[SecretUrl],
-    opts: &ConnectOptions,
-) -> std::result::Result<(Connection, String, usize), ConnectError> {
-    let mut last = ConnectError::Setup(DlqError::usage("no AMQP URL given"));
-    for (i, url) in urls.iter().enumerate() {
-        match open_connection(url, opts).await {
-            Ok((c, host)) => return Ok((c, host, i)),
-            Err(e) => {
-                tracing::debug!(error = %e, "broker node did not answer");
-                last = e;
-            }
-        }
-    }
-    Err(last)
 }
 
 impl Publisher {
@@ -911,12 +679,6 @@ impl Publisher {
     }
 }
 
-/// Whether the broker answered 404 NOT_FOUND (a missing queue or exchange), by its reply
-/// code, not its text.
-pub fn is_not_found(e: &lapin::Error) -> bool {
-    matches!(e.kind(), lapin::ErrorKind::ProtocolError(p) if p.get_id() == 404)
-}
-
 /// A nack on the default exchange (a route of exactly one queue): certain only on a
 /// broker known to be one node.
 fn default_exchange_nack(topology: BrokerTopology) -> PublishResult {
@@ -961,9 +723,6 @@ fn dead_letter_id(ret: &lapin::message::BasicReturnMessage) -> Option<String> {
     }
 }
 
-/// The header that ties a published message to its row.
-pub const DEAD_LETTER_ID_HEADER: &str = "x-dead-letter-id";
-
 enum Step<T> {
     Done(T),
     Blocked,
@@ -986,68 +745,5 @@ async fn until_blocked<T>(
             _ = tokio::time::sleep_until(deadline) => return Step::TimedOut,
             _ = tokio::time::sleep(Duration::from_millis(20)) => {}
         }
-    }
-}
-
-fn describe_connect_error(e: &lapin::Error, host: &str) -> String {
-    let text = scrub(&e.to_string());
-    let lower = text.to_lowercase();
-    if lower.contains("access_refused")
-        || lower.contains("access-refused")
-        || lower.contains("authentication")
-        || lower.contains("login was refused")
-    {
-        format!("RabbitMQ at {host} refused the login (wrong user or password): {text}")
-    } else if lower.contains("not_allowed") || lower.contains("vhost") {
-        format!("RabbitMQ at {host} refused the vhost (missing, or no access): {text}")
-    } else if lower.contains("refused") {
-        format!("could not connect to RabbitMQ at {host}: connection refused")
-    } else {
-        format!("could not connect to RabbitMQ at {host}: {text}")
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn parse(s: &str) -> Result<AMQPUri> {
-        parse_amqp_url(&SecretUrl::new(s))
-    }
-
-    #[test]
-    fn ip_hosts_are_kept_not_turned_into_localhost() {
-        assert_eq!(
-            parse("amqp://u:p@10.1.2.3:5673/%2f")
-                .unwrap()
-                .authority
-                .host,
-            "10.1.2.3"
-        );
-        let v6 = parse("amqp://u:p@[::1]:5672/%2f").unwrap();
-        assert_eq!(v6.authority.host, "::1");
-        assert_eq!(host_of(&v6), "[::1]:5672");
-    }
-
-    #[test]
-    fn vhosts() {
-        assert_eq!(parse("amqp://u:p@h").unwrap().vhost, "/");
-        assert_eq!(parse("amqp://u:p@h/%2f").unwrap().vhost, "/");
-        assert_eq!(parse("amqp://u:p@h/orders").unwrap().vhost, "orders");
-        assert_eq!(parse("amqp://u:p@h/a%2fb").unwrap().vhost, "a/b");
-        let e = parse("amqp://u:p@h/").unwrap_err().to_string();
-        assert!(e.contains("empty vhost") && e.contains("%2f"), "{e}");
-    }
-
-    #[test]
-    fn credentials() {
-        let u = parse("amqp://bob:s%40cret@h/%2f").unwrap();
-        assert_eq!(u.authority.userinfo.username, "bob");
-        assert_eq!(u.authority.userinfo.password, "s@cret");
-        let e = parse("amqp://bob@h/%2f").unwrap_err().to_string();
-        assert!(e.contains("no password"), "{e}");
-        let d = parse("amqp://h/%2f").unwrap();
-        assert_eq!(d.authority.userinfo.username, "guest");
-        assert_eq!(parse("amqps://u:p@h").unwrap().authority.port, 5671);
     }
 }

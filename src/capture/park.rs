@@ -3,7 +3,8 @@
 //! checked (a passive declare, by its reply code) when the parking connection opens, and
 //! again when a park fails, so the error names it instead of a bare return.
 
-use super::{CaptureOptions, Held, PARK_ERROR_HEADER};
+use super::session::Held;
+use super::{CaptureOptions, PARK_ERROR_HEADER};
 use crate::error::{DlqError, Result};
 use crate::publisher::{
     ConnectError, OutgoingMessage, PublishResult, Publisher, PublisherOptions, Target,

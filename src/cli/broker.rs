@@ -2,7 +2,8 @@
 //! TLS files, and what the operator says of the broker's shape (docs/cluster.md), which
 //! decides whether a nack is certain.
 
-use super::{read_url_file, Ctx};
+use super::context::read_url_file;
+use super::Ctx;
 use dlq::error::DlqError;
 use dlq::secret::SecretUrl;
 use dlq::topology::BrokerTopology;

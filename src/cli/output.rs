@@ -517,3 +517,11 @@ pub fn render_body(body: &[u8]) -> String {
     out.push_str(&note);
     out
 }
+
+/// One line on stderr, scrubbed of secrets and with control characters escaped. A failed
+/// write to stderr is ignored: there is nowhere left to report it.
+pub fn say(line: &str) {
+    use std::io::Write;
+    let text = dlq::sanitize::line(&dlq::secret::scrub(line).replace('\n', " ")).into_owned();
+    let _ = writeln!(std::io::stderr().lock(), "{text}");
+}

@@ -1,9 +1,91 @@
-//! The headers of a replayed message: the stored JSON headers back to AMQP field values,
-//! without changing a number or a byte (docs/replay-protocol.md, "Header values"), minus
-//! the broker's delivery bookkeeping, plus the replay's own.
+//! The one header codec, both directions: AMQP field values as the JSON that `dlq capture`
+//! stores ([`amqp_to_json`]), and the stored JSON back to field values for a replay
+//! ([`to_field_table`]) without changing a number or a byte (docs/replay-protocol.md,
+//! "Header values"). Both sides live here so that the escapes they share (`$bytes`,
+//! `$table`) are spelled once.
 
-use crate::publisher::DEAD_LETTER_ID_HEADER;
+use base64::Engine;
 use lapin::types::{AMQPValue, FieldArray, FieldTable, LongString, ShortString};
+use serde_json::{Map, Value};
+
+/// The header that ties a published message to its row.
+pub const DEAD_LETTER_ID_HEADER: &str = "x-dead-letter-id";
+
+/// An AMQP header value as JSON: strings as strings, integers and floats as numbers,
+/// timestamps as seconds since the epoch, decimals as numbers, tables as objects, arrays
+/// as arrays, void as null. The one thing JSON cannot hold, bytes that are not UTF-8 (a
+/// long string or a byte array), becomes `{"$bytes": "<base64>"}`; a replay sends it back
+/// as those bytes.
+pub fn amqp_to_json(v: &AMQPValue) -> Value {
+    use AMQPValue as A;
+    let float = |f: f64| {
+        serde_json::Number::from_f64(f)
+            .map(Value::Number)
+            .unwrap_or_else(|| Value::String(f.to_string()))
+    };
+    let bytes = |b: &[u8]| match std::str::from_utf8(b) {
+        Ok(s) => Value::String(s.to_string()),
+        Err(_) => {
+            let mut m = Map::new();
+            m.insert(
+                BYTES_KEY.into(),
+                Value::String(base64::engine::general_purpose::STANDARD.encode(b)),
+            );
+            Value::Object(m)
+        }
+    };
+    match v {
+        A::Boolean(b) => Value::Bool(*b),
+        A::ShortShortInt(i) => (*i).into(),
+        A::ShortShortUInt(i) => (*i).into(),
+        A::ShortInt(i) => (*i).into(),
+        A::ShortUInt(i) => (*i).into(),
+        A::LongInt(i) => (*i).into(),
+        A::LongUInt(i) => (*i).into(),
+        A::LongLongInt(i) => (*i).into(),
+        // Through its shortest decimal form, so that 1.1f32 is 1.1, not 1.100000023841858.
+        A::Float(f) => float(f.to_string().parse().unwrap_or(f64::NAN)),
+        A::Double(f) => float(*f),
+        A::DecimalValue(d) => float(
+            format!("{}e-{}", d.value, d.scale)
+                .parse()
+                .unwrap_or(f64::NAN),
+        ),
+        A::ShortString(s) => Value::String(s.as_str().to_string()),
+        A::LongString(s) => bytes(s.as_bytes()),
+        A::ByteArray(b) => bytes(b.as_slice()),
+        A::FieldArray(a) => Value::Array(a.as_slice().iter().map(amqp_to_json).collect()),
+        A::Timestamp(t) => (*t).into(),
+        A::FieldTable(t) => {
+            // A table that looks like one of the escapes above is wrapped, so that
+            // it cannot be read back as bytes.
+            let m = headers_to_json(t);
+            if m.len() == 1 && (m.contains_key(BYTES_KEY) || m.contains_key(TABLE_KEY)) {
+                let mut wrapped = Map::new();
+                wrapped.insert(TABLE_KEY.into(), Value::Object(m));
+                Value::Object(wrapped)
+            } else {
+                Value::Object(m)
+            }
+        }
+        A::Void => Value::Null,
+    }
+}
+
+/// The key of the one-key object that holds non-UTF-8 header bytes (see [`amqp_to_json`]).
+pub const BYTES_KEY: &str = "$bytes";
+
+/// The key of the one-key object that wraps a header table whose only key is
+/// [`BYTES_KEY`] or this one (see [`amqp_to_json`]).
+pub const TABLE_KEY: &str = "$table";
+
+/// AMQP headers as a JSON object, in the table's (sorted) key order.
+pub fn headers_to_json(t: &FieldTable) -> Map<String, Value> {
+    t.inner()
+        .iter()
+        .map(|(k, v)| (k.as_str().to_string(), amqp_to_json(v)))
+        .collect()
+}
 
 /// Headers the broker added while delivering and dead-lettering; not part of the event.
 fn is_delivery_bookkeeping(name: &str) -> bool {
@@ -57,7 +139,7 @@ fn to_amqp(v: &serde_json::Value) -> AMQPValue {
             }
             AMQPValue::FieldArray(arr)
         }
-        Value::Object(m) => match (captured_bytes(m), m.get(crate::capture::TABLE_KEY)) {
+        Value::Object(m) => match (captured_bytes(m), m.get(TABLE_KEY)) {
             (Some(bytes), _) => AMQPValue::LongString(LongString::from(bytes)),
             (None, Some(Value::Object(inner))) if m.len() == 1 => {
                 AMQPValue::FieldTable(to_field_table(inner))
@@ -68,10 +150,9 @@ fn to_amqp(v: &serde_json::Value) -> AMQPValue {
 }
 
 /// Header bytes that were not UTF-8 when `dlq capture` stored them, as
-/// `{"$bytes": "<base64>"}` (see [`crate::capture::amqp_to_json`]).
+/// `{"$bytes": "<base64>"}` (see [`amqp_to_json`]).
 fn captured_bytes(m: &serde_json::Map<String, serde_json::Value>) -> Option<Vec<u8>> {
-    use base64::Engine;
-    match (m.len(), m.get(crate::capture::BYTES_KEY)) {
+    match (m.len(), m.get(BYTES_KEY)) {
         (1, Some(serde_json::Value::String(b64))) => {
             base64::engine::general_purpose::STANDARD.decode(b64).ok()
         }

@@ -1,0 +1,279 @@
+//! The consume → commit → ack loop of one session: batches are received while the one
+//! before is stored by its own task, and settled (acked) in delivery order.
+
+use super::ack::settle;
+use super::letter::to_letter;
+use super::session::{cancel, held, queue_is_empty, Held, Session, SessionEnd};
+use super::Run;
+use super::{Event, Stopped, MAX_BATCH_BYTES};
+use crate::error::{DlqError, Result};
+use crate::store::{CaptureOutcome, CapturedLetter, Store};
+use futures_util::StreamExt;
+use serde_json::Value;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// A batch being stored by its own task, and how many messages it holds.
+type StoreTask = (tokio::task::JoinHandle<Result<StoredBatch>>, usize);
+
+async fn joined(task: StoreTask) -> Result<StoredBatch> {
+    task.0
+        .await
+        .map_err(|e| DlqError::other(format!("storing a batch failed: {e}")))?
+}
+
+/// How the receiving of one batch ended.
+enum Filled {
+    /// `want` messages or [`MAX_BATCH_BYTES`] of bodies.
+    Full,
+    /// The broker had no more to give when the wait for a full batch ran out.
+    Drained,
+    Interrupted,
+    Lost(String),
+}
+
+/// Consumes one session: receive a batch while the previous one is stored, settle in
+/// delivery order, until `--max`, an empty queue, a signal or a lost connection.
+pub(super) async fn run_session(
+    run: &mut Run<'_>,
+    session: &Session,
+    on_event: &mut impl FnMut(Event<'_>),
+) -> Result<SessionEnd> {
+    let mut consumer = session.consumer.clone();
+    // Deliveries taken while making sure the queue is empty: they start the next batch.
+    let mut carried: Vec<Held> = Vec::new();
+    // The batch being stored while the next one is received. It is acked (settled) before
+    // the next one is stored, so acks go out in delivery order.
+    let mut inflight: Option<StoreTask> = None;
+    loop {
+        let remaining = run.remaining(inflight.as_ref().map_or(0, |t| t.1 as u64));
+        if remaining == 0 && carried.is_empty() {
+            if let Some(task) = inflight.take() {
+                if let Some(end) = run.settle_task(session, task, on_event).await? {
+                    return Ok(end);
+                }
+            }
+            cancel(session, run.opts).await;
+            return Ok(SessionEnd::Done(Stopped::Max));
+        }
+        let want = (run.opts.batch as u64).min(remaining) as usize;
+        let mut batch: Vec<Held> = std::mem::take(&mut carried);
+        let filled = fill(run, &mut consumer, &session.host, &mut batch, want).await;
+        if let Filled::Lost(why) = filled {
+            // Nothing of the batch in hand is stored or acked, nor is the one being stored
+            // acked: the broker has them all. Its transaction ends before reconnecting.
+            if let Some(task) = inflight.take() {
+                let _ = joined(task).await;
+            }
+            return Ok(SessionEnd::Lost(why));
+        }
+        if let Some(task) = inflight.take() {
+            if let Some(end) = run.settle_task(session, task, on_event).await? {
+                return Ok(end);
+            }
+        }
+        let interrupted = matches!(filled, Filled::Interrupted);
+        let drained = matches!(filled, Filled::Drained);
+        if !batch.is_empty() {
+            let task = run.spawn_store(batch);
+            if drained || interrupted || task.1 as u64 >= remaining {
+                // Nothing more to receive meanwhile: settle it now.
+                if let Some(end) = run.settle_task(session, task, on_event).await? {
+                    return Ok(end);
+                }
+            } else {
+                inflight = Some(task);
+            }
+        }
+        if interrupted {
+            cancel(session, run.opts).await;
+            return Ok(SessionEnd::Done(Stopped::Interrupted));
+        }
+        if drained && !run.opts.follow && queue_is_empty(session, run.opts).await? {
+            if let Err(why) = take_buffered(&mut consumer, &session.host, want, &mut carried) {
+                return Ok(SessionEnd::Lost(why));
+            }
+            if carried.is_empty() {
+                cancel(session, run.opts).await;
+                return Ok(SessionEnd::Done(Stopped::Empty));
+            }
+        }
+    }
+}
+
+/// Receives into `batch` until it holds `want` messages or [`MAX_BATCH_BYTES`], the
+/// linger (or, for an empty batch, the idle wait) runs out, a signal, or a lost stream.
+async fn fill(
+    run: &mut Run<'_>,
+    consumer: &mut lapin::Consumer,
+    host: &str,
+    batch: &mut Vec<Held>,
+    want: usize,
+) -> Filled {
+    let opts = run.opts;
+    let idle = opts.linger.max(Duration::from_millis(100));
+    let mut deadline = Instant::now() + if batch.is_empty() { idle } else { opts.linger };
+    let mut bytes: usize = batch.iter().map(|h| h.body.len()).sum();
+    while batch.len() < want && bytes < MAX_BATCH_BYTES {
+        tokio::select! {
+            biased;
+            _ = run.stop.wait_for(|s| *s) => return Filled::Interrupted,
+            next = consumer.next() => match held(next, host) {
+                Ok(h) => {
+                    if batch.is_empty() {
+                        deadline = Instant::now() + opts.linger;
+                    }
+                    bytes += h.body.len();
+                    batch.push(h);
+                }
+                Err(why) => return Filled::Lost(why),
+            },
+            _ = tokio::time::sleep_until(deadline) => return Filled::Drained,
+        }
+    }
+    Filled::Full
+}
+
+/// Deliveries already in the consumer's buffer once the broker said the queue is empty
+/// (it sends a queue's deliveries to a channel before its answer to the declare).
+fn take_buffered(
+    consumer: &mut lapin::Consumer,
+    host: &str,
+    want: usize,
+    carried: &mut Vec<Held>,
+) -> std::result::Result<(), String> {
+    use futures_util::FutureExt;
+    while carried.len() < want {
+        match consumer.next().now_or_never() {
+            None => return Ok(()),
+            Some(next) => carried.push(held(next, host)?),
+        }
+    }
+    Ok(())
+}
+
+impl Run<'_> {
+    /// Messages `--max` still allows, counting those of the batch being stored.
+    fn remaining(&self, in_flight: u64) -> u64 {
+        self.opts
+            .max
+            .map(|m| m.saturating_sub(self.summary.handled() + in_flight))
+            .unwrap_or(u64::MAX)
+    }
+
+    fn spawn_store(&self, batch: Vec<Held>) -> StoreTask {
+        let n = batch.len();
+        let task = tokio::spawn(store_batch(
+            self.store.clone(),
+            self.opts.reason.clone(),
+            self.opts.max_body_bytes,
+            batch,
+        ));
+        (task, n)
+    }
+
+    /// Waits for a stored batch and settles it; `Some` when the session is lost.
+    async fn settle_task(
+        &mut self,
+        session: &Session,
+        task: StoreTask,
+        on_event: &mut impl FnMut(Event<'_>),
+    ) -> Result<Option<SessionEnd>> {
+        let stored = joined(task).await;
+        let lost = settle(
+            session,
+            self.opts,
+            stored,
+            self.summary,
+            self.parker,
+            on_event,
+        )
+        .await?;
+        if let Some(why) = lost {
+            return Ok(Some(SessionEnd::Lost(why)));
+        }
+        self.backoff = Duration::from_millis(250);
+        on_event(Event::Batch(self.summary));
+        Ok(None)
+    }
+}
+
+/// A batch after its transaction: what was inserted, found already there, or refused.
+pub(super) struct StoredBatch {
+    pub batch: Vec<Held>,
+    pub captured: u64,
+    pub already: u64,
+    /// Index in `batch` and why it cannot be stored.
+    pub refused: Vec<(usize, String)>,
+}
+
+/// Maps the batch to rows and stores them in one transaction (run as a task of its own,
+/// while the next batch is being received).
+pub(super) async fn store_batch(
+    store: Arc<dyn Store>,
+    reason: Option<String>,
+    max_body_bytes: usize,
+    batch: Vec<Held>,
+) -> Result<StoredBatch> {
+    let started = Instant::now();
+    // Rows for the messages within the body limit; the others are refused up front.
+    let mut refused: Vec<(usize, String)> = Vec::new();
+    let mut rows: Vec<CapturedLetter> = Vec::with_capacity(batch.len());
+    let mut row_of: Vec<Option<usize>> = Vec::with_capacity(batch.len());
+    for (i, h) in batch.iter().enumerate() {
+        if h.body.len() > max_body_bytes {
+            refused.push((
+                i,
+                format!(
+                    "its body of {} bytes is over the limit of {max_body_bytes} bytes (--max-body-bytes)",
+                    h.body.len(),
+                ),
+            ));
+            row_of.push(None);
+        } else {
+            let letter = to_letter(&h.body, &h.properties, h.redelivered, reason.as_deref());
+            // Headers nested deeper than a JSON reader takes could be stored but never
+            // shown or replayed as they were.
+            if serde_json::from_str::<Value>(&letter.row.headers_json).is_err() {
+                refused.push((
+                    i,
+                    "its headers nest too deeply to be read back (more than 128 levels)".into(),
+                ));
+                row_of.push(None);
+                continue;
+            }
+            row_of.push(Some(rows.len()));
+            rows.push(letter);
+        }
+    }
+    let mapped = Instant::now();
+    let outcomes = store.capture(&rows).await;
+    tracing::debug!(
+        messages = batch.len(),
+        map_ms = (mapped - started).as_secs_f64() * 1000.0,
+        store_ms = mapped.elapsed().as_secs_f64() * 1000.0,
+        "batch stored"
+    );
+    let outcomes = outcomes?;
+    let mut captured = 0;
+    let mut already = 0;
+    for (i, slot) in row_of.iter().enumerate() {
+        if let Some(r) = slot {
+            match &outcomes[*r] {
+                CaptureOutcome::Inserted => captured += 1,
+                CaptureOutcome::AlreadyThere => already += 1,
+                CaptureOutcome::Refused(why) => {
+                    refused.push((i, format!("the database refused it: {why}")))
+                }
+            }
+        }
+    }
+    refused.sort_by_key(|(i, _)| *i);
+    Ok(StoredBatch {
+        batch,
+        captured,
+        already,
+        refused,
+    })
+}

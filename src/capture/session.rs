@@ -1,0 +1,246 @@
+//! One session with the broker: connect, check the queue, set the prefetch, consume
+//! exclusively; and the small waits on that channel (cancel, is the queue empty). Every
+//! await is bounded, and refusals are read by reply code.
+
+use super::{CaptureOptions, CaptureSummary, Stopped};
+use crate::broker::reply::{is_not_found, refusal, Refusal};
+use crate::error::{DlqError, Result};
+use crate::publisher::open_first_connection;
+use crate::secret::scrub;
+use lapin::options::{
+    BasicCancelOptions, BasicConsumeOptions, BasicQosOptions, QueueDeclareOptions,
+};
+use lapin::types::{FieldTable, ShortString};
+use lapin::{BasicProperties, Channel, Connection};
+use std::time::Duration;
+use tokio::time::timeout;
+
+/// Why a session with the broker ended.
+pub(super) enum SessionEnd {
+    Done(Stopped),
+    /// The broker or database went away: reconnect (`--follow`) or fail.
+    Lost(String),
+}
+
+/// A delivery held until its batch is committed.
+pub(super) struct Held {
+    pub tag: u64,
+    pub body: Vec<u8>,
+    pub properties: BasicProperties,
+    pub redelivered: bool,
+}
+
+pub(super) struct Session {
+    conn: Connection,
+    pub channel: Channel,
+    pub consumer: lapin::Consumer,
+    pub host: String,
+}
+
+impl Session {
+    pub async fn close(self, wait: Duration) {
+        let _ = timeout(wait, self.conn.close(200, "bye".into())).await;
+    }
+}
+
+pub(super) fn broker_text(e: &lapin::Error) -> String {
+    scrub(&e.to_string())
+}
+
+/// Connects, checks the queue and starts consuming. `Ok(None)`: the queue is empty and
+/// the run is not `--follow` (nothing to do). On the first session every failure is an
+/// error; later ones are reported for a reconnect.
+pub(super) async fn open_session(
+    opts: &CaptureOptions,
+    summary: &CaptureSummary,
+    first: bool,
+) -> Result<Option<Session>> {
+    let (conn, host, _) = open_first_connection(&opts.urls, &opts.connect)
+        .await
+        .map_err(|e| DlqError::other(e.to_string()))?;
+    let wait = opts.connect.connect_timeout;
+    let opened = Opening {
+        opts,
+        host: &host,
+        wait,
+    }
+    .consume(&conn, summary, first)
+    .await;
+    match opened {
+        Ok(Some((channel, consumer))) => Ok(Some(Session {
+            conn,
+            channel,
+            consumer,
+            host,
+        })),
+        other => {
+            let _ = timeout(wait, conn.close(200, "bye".into())).await;
+            other.map(|_| None)
+        }
+    }
+}
+
+/// The steps of opening a session, each bounded by the connect timeout.
+struct Opening<'a> {
+    opts: &'a CaptureOptions,
+    host: &'a str,
+    wait: Duration,
+}
+
+impl Opening<'_> {
+    fn fail(&self, what: &str, e: String) -> DlqError {
+        DlqError::other(format!("{what} on {}: {e}", self.host))
+    }
+
+    /// Awaits one step of the opening; a broker error or a timeout names the step.
+    async fn step<T>(
+        &self,
+        what: &str,
+        fut: impl std::future::Future<Output = lapin::Result<T>>,
+    ) -> Result<std::result::Result<T, lapin::Error>> {
+        match timeout(self.wait, fut).await {
+            Ok(r) => Ok(r),
+            Err(_) => Err(self.fail(what, "timed out".into())),
+        }
+    }
+
+    async fn consume(
+        &self,
+        conn: &Connection,
+        summary: &CaptureSummary,
+        first: bool,
+    ) -> Result<Option<(Channel, lapin::Consumer)>> {
+        let opts = self.opts;
+        let channel = self
+            .step("opening a channel", conn.create_channel())
+            .await?
+            .map_err(|e| self.fail("opening a channel", broker_text(&e)))?;
+        let q = ShortString::try_new(opts.queue.clone())
+            .map_err(|_| DlqError::usage("--queue: a queue name is at most 255 bytes"))?;
+        let count = self.message_count(&channel, q.clone()).await?;
+        if count == 0 && !opts.follow {
+            return Ok(None);
+        }
+        let remaining = opts
+            .max
+            .map(|m| m.saturating_sub(summary.handled()))
+            .unwrap_or(u64::MAX);
+        // Room for the batch being stored, the one being received and the next one on its
+        // way; never more than --max asks for, so that no message is taken only to be
+        // handed back.
+        let prefetch = (opts.batch as u64 * 3)
+            .min(remaining)
+            .clamp(1, u16::MAX as u64) as u16;
+        self.step(
+            "setting the prefetch",
+            channel.basic_qos(prefetch, BasicQosOptions::default()),
+        )
+        .await?
+        .map_err(|e| self.fail("setting the prefetch", broker_text(&e)))?;
+        let consumer = self.start_consuming(&channel, q, first).await?;
+        tracing::debug!(host = %self.host, queue = %opts.queue, prefetch, "consuming");
+        Ok(Some((channel, consumer)))
+    }
+
+    /// The queue's ready messages, by a passive declare; a missing queue is named.
+    async fn message_count(&self, channel: &Channel, q: ShortString) -> Result<u32> {
+        let passive = QueueDeclareOptions {
+            passive: true,
+            ..QueueDeclareOptions::default()
+        };
+        let declared = channel.queue_declare(q, passive, FieldTable::default());
+        match self.step("checking the queue", declared).await? {
+            Ok(q) => Ok(q.message_count()),
+            Err(e) if is_not_found(&e) => Err(DlqError::other(format!(
+                "there is no queue {:?} on {} (in this vhost)",
+                self.opts.queue, self.host
+            ))),
+            Err(e) => Err(self.fail("checking the queue", broker_text(&e))),
+        }
+    }
+
+    /// An exclusive consumer: a second capture of the same queue is refused (403).
+    async fn start_consuming(
+        &self,
+        channel: &Channel,
+        q: ShortString,
+        first: bool,
+    ) -> Result<lapin::Consumer> {
+        let tag = format!("dlq-capture-{}", uuid::Uuid::new_v4().simple());
+        let exclusive = BasicConsumeOptions {
+            exclusive: true,
+            ..BasicConsumeOptions::default()
+        };
+        let consume =
+            channel.basic_consume(q, tag.as_str().into(), exclusive, FieldTable::default());
+        match self.step("consuming", consume).await? {
+            Ok(c) => Ok(c),
+            Err(e) if first && refusal(&e) == Some(Refusal::AccessRefused) => {
+                Err(DlqError::other(format!(
+                    "queue {:?} on {} already has a consumer, and capture consumes exclusively (is another dlq capture running?): {}",
+                    self.opts.queue,
+                    self.host,
+                    broker_text(&e)
+                )))
+            }
+            Err(e) => Err(self.fail("consuming", broker_text(&e))),
+        }
+    }
+}
+
+/// A delivery from the consumer stream, or why the stream gave none.
+pub(super) fn held(
+    next: Option<lapin::Result<lapin::message::Delivery>>,
+    host: &str,
+) -> std::result::Result<Held, String> {
+    match next {
+        Some(Ok(d)) => Ok(Held {
+            tag: d.delivery_tag,
+            body: d.data,
+            properties: d.properties,
+            redelivered: d.redelivered,
+        }),
+        Some(Err(e)) => Err(format!(
+            "lost the broker connection to {host} ({})",
+            broker_text(&e)
+        )),
+        None => Err(format!(
+            "the broker {host} ended the consumer (queue deleted, or the connection closed)"
+        )),
+    }
+}
+
+/// Stops the deliveries; what was prefetched and not taken goes back when the channel
+/// closes.
+pub(super) async fn cancel(session: &Session, opts: &CaptureOptions) {
+    let tag = session.consumer.tag();
+    let _ = timeout(
+        opts.confirm_timeout,
+        session
+            .channel
+            .basic_cancel(tag, BasicCancelOptions::default()),
+    )
+    .await;
+}
+
+/// Whether the queue has no ready message (asked after a quiet moment with nothing in hand).
+pub(super) async fn queue_is_empty(session: &Session, opts: &CaptureOptions) -> Result<bool> {
+    let q = ShortString::from(opts.queue.clone());
+    match timeout(
+        opts.confirm_timeout,
+        session.channel.queue_declare(
+            q,
+            QueueDeclareOptions {
+                passive: true,
+                ..QueueDeclareOptions::default()
+            },
+            FieldTable::default(),
+        ),
+    )
+    .await
+    {
+        Ok(Ok(q)) => Ok(q.message_count() == 0),
+        // The loop sees the lost connection through the consumer.
+        _ => Ok(false),
+    }
+}

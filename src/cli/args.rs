@@ -1,0 +1,181 @@
+//! What the command line says, as clap parses it: the global options every command takes
+//! and the list of subcommands. Each subcommand's own arguments live in its module.
+
+use super::*;
+use clap::builder::TypedValueParser as _;
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use dlq::topology::BrokerTopology;
+use std::time::Duration;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "dlq",
+    version,
+    about = "Dead-letter triage and safe replay",
+    long_about = "Dead-letter triage and safe replay.\n\nIsolate what is failing (list, aggregate, show), then replay one reviewed dead letter or a reviewed plan through claim -> publish with confirm -> mark.",
+    after_help = "Exit codes: 0 done, 1 error, 2 usage, 3 not_replayed/not_claimed/not_released/not_resolved/not_discarded/not_restored, 4 not_found, 5 publish_failed, 6 uncertain, 7 breached (check), 130 interrupted."
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: GlobalOpts,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    Table,
+    Json,
+    Markdown,
+}
+
+/// Options every command takes; `--help` lists them under their own heading, after the
+/// command's own options (as cargo and gh do).
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Global Options")]
+pub struct GlobalOpts {
+    /// Database URL: postgres://USER@HOST/DB or sqlite://FILE
+    #[arg(
+        long,
+        global = true,
+        env = "DLQ_DATABASE_URL",
+        hide_env_values = true,
+        default_value = "sqlite://dlq.db"
+    )]
+    pub database_url: String,
+    /// Read the database URL from this file (keeps the password out of the process list)
+    #[arg(long, global = true, env = "DLQ_DATABASE_URL_FILE")]
+    pub database_url_file: Option<std::path::PathBuf>,
+    /// RabbitMQ URL: amqp://USER:PASSWORD@HOST:PORT/VHOST; repeat it (or separate with
+    /// commas) for the nodes of one cluster, tried in order
+    #[arg(
+        long,
+        global = true,
+        env = "DLQ_AMQP_URL",
+        hide_env_values = true,
+        value_delimiter = ',',
+        default_value = "amqp://guest:guest@127.0.0.1:5672/%2f"
+    )]
+    pub amqp_url: Vec<String>,
+    /// Read the AMQP URL(s) from this file (one per line, or separated by commas)
+    #[arg(long, global = true, env = "DLQ_AMQP_URL_FILE")]
+    pub amqp_url_file: Option<std::path::PathBuf>,
+    /// PEM file of CAs to trust for amqps:// (default: the system's roots)
+    #[arg(long, global = true, env = "DLQ_AMQP_CA_FILE")]
+    pub amqp_ca_file: Option<std::path::PathBuf>,
+    /// PEM client certificate for amqps:// (with --amqp-client-key)
+    #[arg(
+        long,
+        global = true,
+        env = "DLQ_AMQP_CLIENT_CERT",
+        requires = "amqp_client_key"
+    )]
+    pub amqp_client_cert: Option<std::path::PathBuf>,
+    /// PEM (PKCS#8) key of the client certificate
+    #[arg(
+        long,
+        global = true,
+        env = "DLQ_AMQP_CLIENT_KEY",
+        requires = "amqp_client_cert"
+    )]
+    pub amqp_client_key: Option<std::path::PathBuf>,
+    /// What the broker is: `single` (one node: a nack from a full queue is publish_failed)
+    /// or `cluster` (also one behind a single address) [default: not known, so a nack is
+    /// uncertain; several --amqp-url are a cluster]
+    #[arg(
+        long,
+        global = true,
+        env = "DLQ_BROKER_TOPOLOGY",
+        value_parser = clap::builder::PossibleValuesParser::new(BrokerTopology::NAMES)
+            .map(|s| BrokerTopology::parse(&s).unwrap_or_default())
+    )]
+    pub broker_topology: Option<BrokerTopology>,
+    /// Refuse plaintext connections: amqps:// only, PostgreSQL with sslmode=require, verify-ca or verify-full
+    #[arg(long, global = true, env = "DLQ_REQUIRE_TLS", action = clap::ArgAction::SetTrue, value_parser = clap::builder::BoolishValueParser::new())]
+    pub require_tls: bool,
+    /// Who is acting, recorded in history and claim tokens [default: your login name]
+    #[arg(long, global = true, env = "DLQ_OPERATOR")]
+    pub operator: Option<String>,
+    /// Output format [default: table on a terminal, otherwise json]
+    #[arg(short = 'o', long, global = true, env = "DLQ_OUTPUT", value_enum)]
+    pub output: Option<Format>,
+    /// How long to wait to connect to the database or the broker
+    #[arg(long, global = true, env = "DLQ_CONNECT_TIMEOUT", default_value = "5s", value_parser = dlq::timeparse::duration_arg)]
+    pub connect_timeout: Duration,
+    /// Longest a single SQL statement may run (PostgreSQL statement_timeout)
+    #[arg(long, global = true, env = "DLQ_STATEMENT_TIMEOUT", default_value = "30s", value_parser = dlq::timeparse::duration_arg)]
+    pub statement_timeout: Duration,
+    /// How long a replay retries writing its outcome (a mark or release) while the database does not answer; then the rows are left uncertain
+    #[arg(long, global = true, env = "DLQ_SETTLE_TIMEOUT", default_value = "30s", value_parser = dlq::timeparse::duration_arg)]
+    pub settle_timeout: Duration,
+    /// How long to wait for a lock (PostgreSQL lock_timeout, SQLite busy timeout)
+    #[arg(long, global = true, env = "DLQ_LOCK_TIMEOUT", default_value = "5s", value_parser = dlq::timeparse::duration_arg)]
+    pub lock_timeout: Duration,
+    /// Use the named profile of the config file (flags and env still win)
+    #[arg(long, global = true, env = "DLQ_PROFILE")]
+    pub profile: Option<String>,
+    /// The config file [default: $XDG_CONFIG_HOME/dlq/config.toml]
+    #[arg(long, global = true, env = "DLQ_CONFIG")]
+    pub config: Option<std::path::PathBuf>,
+    /// More logging on stderr (-v: connections and steps, -vv: SQL and broker frames)
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// List dead letters, newest first
+    List(list::ListArgs),
+    /// Count dead letters by reason, schema version, producer, source queue, hour or day
+    Aggregate(aggregate::AggregateArgs),
+    /// Show one dead letter: every column, body, headers, lease and history
+    Show(show::ShowArgs),
+    /// Take a replay lease on one dead letter and print its token
+    Claim(claim::ClaimArgs),
+    /// Give back a lease taken with `claim`
+    Release(release::ReleaseArgs),
+    /// Replay one reviewed dead letter, or a reviewed plan
+    Replay(replay::ReplayArgs),
+    /// Settle uncertain dead letters: the operator says whether the consumers got them
+    Resolve(resolve::ResolveArgs),
+    /// Freeze a reviewed, homogeneous selection into a plan (JSON on stdout)
+    Plan(plan::PlanArgs),
+    /// Import dead letters from JSON lines (the shape `export` and `show -o json` print)
+    Import(import::ImportArgs),
+    /// Move the messages of a RabbitMQ dead-letter queue into the store
+    Capture(capture::CaptureArgs),
+    /// Export dead letters as JSON lines that `import` reads back byte for byte
+    Export(export::ExportArgs),
+    /// Set dead letters aside with a note: never claimed, planned or replayed
+    Discard(discard::DiscardArgs),
+    /// Make discarded dead letters pending again, with a note
+    Restore(restore::RestoreArgs),
+    /// Add a note to a dead letter's history
+    Note(note::NoteArgs),
+    /// Delete dead letters replayed or discarded long ago, with their history
+    Prune(prune::PruneArgs),
+    /// Print the store's state in the Prometheus text format, or serve it (--listen)
+    Metrics(metrics::MetricsArgs),
+    /// Exit 7 when a threshold (pending, oldest pending age, uncertain) is breached
+    Check(check::CheckArgs),
+    /// Create or upgrade the schema (safe to run again)
+    Migrate(migrate::MigrateArgs),
+    /// Print shell completions
+    Completions(completions::CompletionsArgs),
+    /// Print the man page (roff)
+    Man(man::ManArgs),
+    /// Print dead-letter IDs for shell completion
+    #[command(name = "__ids", hide = true)]
+    Ids(completions::IdsArgs),
+}
+
+impl Command {
+    /// A profile's default lease, for the commands that take one.
+    pub fn set_default_lease(&mut self, lease: Duration) {
+        match self {
+            Command::Claim(a) => a.lease = lease,
+            Command::Replay(a) => a.lease = lease,
+            _ => {}
+        }
+    }
+}
