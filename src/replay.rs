@@ -28,7 +28,7 @@ use crate::publisher::{
     replay_headers, to_field_table, unless_stopped, Broker, NoConnection, OutgoingMessage,
     PublishResult, Sent, Target, Turn,
 };
-use crate::store::Store;
+use crate::store::{LeaseAfter, Store};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use settle::{retrying, transient, Bounds, Settled};
@@ -606,7 +606,12 @@ impl<'a> Batch<'a> {
                         event.as_deref().unwrap_or("(unknown)"),
                         if in_flight { " once its lease has ended" } else { "" }
                     );
-                    self.uncertain(store, &[id], &token, &why, !in_flight).await;
+                    let lease = if in_flight {
+                        LeaseAfter::RunsOut
+                    } else {
+                        LeaseAfter::EndsNow
+                    };
+                    self.uncertain(store, &[id], &token, &why, lease).await;
                 }
             }
         }
@@ -670,8 +675,14 @@ impl<'a> Batch<'a> {
                 let why = format!(
                     "published and confirmed by the broker, but the mark could not be written ({cause}): it WAS published; `dlq resolve {id} --delivered`"
                 );
-                self.uncertain(store, std::slice::from_ref(&id), &token, &why, true)
-                    .await;
+                self.uncertain(
+                    store,
+                    std::slice::from_ref(&id),
+                    &token,
+                    &why,
+                    LeaseAfter::EndsNow,
+                )
+                .await;
             }
         }
     }

@@ -14,7 +14,7 @@
 mod common;
 use common::*;
 use dlq::secret::SecretUrl;
-use dlq::store::{open, NewDeadLetter, Store, StoreOptions};
+use dlq::store::{open, LeaseAfter, NewDeadLetter, Resolution, Store, StoreOptions};
 use proptest::prelude::*;
 use std::time::Duration;
 
@@ -299,7 +299,7 @@ async fn check(h: &Harness, ops: Vec<Op>) -> Result<(), TestCaseError> {
                 let token = pick(&tokens, actor, stale);
                 let got = h
                     .store
-                    .settle_uncertain(&ids, &token, "model", true, &[])
+                    .settle_uncertain(&ids, &token, "model", LeaseAfter::EndsNow, &[])
                     .await
                     .unwrap();
                 let expect = model.holds(&token) && model.attempt;
@@ -309,7 +309,12 @@ async fn check(h: &Harness, ops: Vec<Op>) -> Result<(), TestCaseError> {
                 (!got.is_empty(), expect)
             }
             Op::Resolve { delivered } => {
-                let got = h.store.resolve(&ids, delivered, &[]).await.unwrap();
+                let resolution = if delivered {
+                    Resolution::Delivered
+                } else {
+                    Resolution::NotDelivered
+                };
+                let got = h.store.resolve(&ids, resolution, &[]).await.unwrap();
                 let expect = !model.replayed && model.attempt && !model.lease_live();
                 if expect && delivered {
                     model.replayed = true;

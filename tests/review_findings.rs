@@ -413,7 +413,7 @@ mod lost_reply {
             ids: &[String],
             token: &str,
             e: &str,
-            end: bool,
+            end: dlq::store::LeaseAfter,
             h: &[NewHistory],
         ) -> Result<Vec<String>> {
             self.inner.settle_uncertain(ids, token, e, end, h).await
@@ -421,10 +421,10 @@ mod lost_reply {
         async fn resolve(
             &self,
             ids: &[String],
-            delivered: bool,
+            resolution: dlq::store::Resolution,
             h: &[NewHistory],
         ) -> Result<Vec<String>> {
-            self.inner.resolve(ids, delivered, h).await
+            self.inner.resolve(ids, resolution, h).await
         }
         async fn append_history(&self, e: &[NewHistory]) -> Result<()> {
             self.inner.append_history(e).await

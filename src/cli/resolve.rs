@@ -7,6 +7,7 @@
 //! into the history.
 
 use super::filters::FilterArgs;
+use super::output::say;
 use super::output::thousands;
 use super::prompt::{confirm, require_consent};
 use super::report::{emit, StepReport};
@@ -16,6 +17,7 @@ use clap::Args;
 use dlq::error::DlqError;
 use dlq::model::{validate_id, NewHistory, Outcome, State};
 use dlq::plan::Plan;
+use dlq::store::Resolution;
 use std::collections::HashSet;
 use std::path::PathBuf;
 
@@ -97,24 +99,27 @@ pub async fn run(ctx: &Ctx, args: ResolveArgs) -> Result<u8> {
     };
     if !single {
         if ids.is_empty() {
-            eprintln!("no uncertain dead letters match; nothing to resolve");
+            say("no uncertain dead letters match; nothing to resolve");
             return Ok(dlq::exit::OK);
         }
         if require_consent(ctx, args.yes, "resolve a selection")? {
-            eprintln!(
+            say(&format!(
                 "About to resolve {} dead letters as {decision}: {}",
                 thousands(ids.len() as i64),
                 args.note
-            );
+            ));
             if !confirm(ctx, "Resolve them?").await? {
-                eprintln!("declined; nothing was changed");
+                say("declined; nothing was changed");
                 return Ok(dlq::exit::NOT_DONE);
             }
         }
     }
-    let detail = match args.delivered {
-        true => format!("resolved as delivered (marked replayed): {}", args.note),
-        false => format!("resolved as not delivered (pending again): {}", args.note),
+    let (resolution, detail) = if args.delivered {
+        let d = format!("resolved as delivered (marked replayed): {}", args.note);
+        (Resolution::Delivered, d)
+    } else {
+        let d = format!("resolved as not delivered (pending again): {}", args.note);
+        (Resolution::NotDelivered, d)
     };
     let mut worst: Option<Outcome> = None;
     for chunk in ids.chunks(1000) {
@@ -134,7 +139,7 @@ pub async fn run(ctx: &Ctx, args: ResolveArgs) -> Result<u8> {
             .map(|s| s.id)
             .collect();
         let resolved: HashSet<String> = store
-            .resolve(chunk, args.delivered, &entries)
+            .resolve(chunk, resolution, &entries)
             .await?
             .into_iter()
             .collect();

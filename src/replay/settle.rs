@@ -14,7 +14,7 @@ use super::why::why_unavailable;
 use super::Batch;
 use crate::error::DlqError;
 use crate::model::{NewHistory, Outcome, State, Summary};
-use crate::store::{is_transient, Store};
+use crate::store::{is_transient, LeaseAfter, Store};
 use chrono::{DateTime, Utc};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -334,7 +334,7 @@ impl<'a> Batch<'a> {
         ids: &[String],
         token: &str,
         why: &str,
-        end_lease: bool,
+        lease: LeaseAfter,
     ) {
         let entries: Vec<NewHistory> = ids
             .iter()
@@ -349,7 +349,7 @@ impl<'a> Batch<'a> {
             None => {
                 let bounds = self.bounds(Step::Uncertain, ids.len(), None);
                 let r = retrying(bounds, || {
-                    store.settle_uncertain(ids, token, why, end_lease, &entries)
+                    store.settle_uncertain(ids, token, why, lease, &entries)
                 })
                 .await;
                 self.settled(r)

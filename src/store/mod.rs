@@ -11,6 +11,7 @@
 pub mod alerting;
 mod identity;
 pub mod postgres;
+pub mod protocol;
 pub mod read;
 pub mod sqlite;
 pub mod sqlite_open;
@@ -18,6 +19,7 @@ pub mod sqlite_read;
 pub mod sqlite_time;
 
 pub use alerting::AlertReads;
+pub use protocol::{LeaseAfter, Resolution};
 pub use read::{Backend, Dialect, Reads};
 
 use crate::error::{DlqError, Result};
@@ -209,26 +211,26 @@ pub trait Store: Reads + AlertReads {
         history: &[NewHistory],
     ) -> Result<Vec<String>>;
     /// Protocol step 6: the publish of these attempted rows was not settled. Keeps the
-    /// attempt (the row stays `uncertain`), records `error` and, with `end_lease`, ends
-    /// the lease now (else it runs out: the message may still be on its way).
+    /// attempt (the row stays `uncertain`), records `error`, and ends the lease now or
+    /// lets it run out (the message may still be on its way), as `lease` says.
     async fn settle_uncertain(
         &self,
         ids: &[String],
         token: &str,
         error: &str,
-        end_lease: bool,
+        lease: LeaseAfter,
         history: &[NewHistory],
     ) -> Result<Vec<String>>;
     /// Protocol step 7: an operator's decision on `uncertain` rows whose attempting run
     /// can no longer settle them (its lease has ended, or the claim was a v1 tool's):
-    /// `delivered` marks them replayed, else they go back to `pending`. A run that seems
+    /// [`Resolution::Delivered`] marks them replayed, else they go back to `pending`. A run that seems
     /// gone may still be settling: only the lease's end tells (docs/replay-protocol.md,
     /// "Settling").
     /// Returns the IDs resolved.
     async fn resolve(
         &self,
         ids: &[String],
-        delivered: bool,
+        resolution: Resolution,
         history: &[NewHistory],
     ) -> Result<Vec<String>>;
     async fn append_history(&self, entries: &[NewHistory]) -> Result<()>;
@@ -426,12 +428,6 @@ pub(crate) fn is_row_error(e: &sqlx::Error, sqlite: bool) -> bool {
         // SQLSTATE classes: data exception, integrity constraint, program limit, RAISE.
         ["22", "23", "54", "P0"].iter().any(|c| code.starts_with(c))
     }
-}
-
-/// The SQL condition of one state, `now` being the dialect's clock, over the stored
-/// columns (PostgreSQL's types; see [`state_predicate_at`]).
-pub(crate) fn state_predicate(state: State, now: &str) -> String {
-    state_predicate_at(state, now, "replay_claim_expires_at")
 }
 
 /// The SQL condition of one state: `now` is the dialect's clock and `lease_end` the

@@ -1,15 +1,13 @@
 //! PostgreSQL: all of its SQL. Times are `timestamptz`; the clock is `now()`.
 
-use super::read::{
-    claimed_columns, claimed_row, import_history, push_where, Backend, Bind, Dialect, Doc, TimeCol,
-};
+use super::protocol::{self, LeaseAfter, Resolution, WriteDialect};
+use super::read::{claimed_row, import_history, push_where, Backend, Bind, Dialect, Doc, TimeCol};
 use super::{
-    check_prune_filter, db_error, is_row_error, migration_error, newly_applied, state_predicate,
-    unsettleable, CaptureOutcome, CapturedLetter, Claimed, ImportReport, NewDeadLetter, Store,
-    StoreOptions,
+    check_prune_filter, db_error, is_row_error, migration_error, newly_applied, CaptureOutcome,
+    CapturedLetter, Claimed, ImportReport, NewDeadLetter, Store, StoreOptions,
 };
 use crate::error::{DlqError, Result};
-use crate::model::{ContentMatch, Filter, NewHistory, State};
+use crate::model::{ContentMatch, Filter, NewHistory};
 use crate::secret::SecretUrl;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -223,64 +221,81 @@ impl Dialect for Postgres {
     }
 }
 
-/// One INSERT of history entries bound as eight arrays from parameter `$first` on, however
-/// many entries. With `only_for`, just the entries whose dead letter the CTE of that name
-/// returned, so a step and its history commit together.
-fn insert_history(first: usize, only_for: Option<&str>) -> String {
-    let arrays: Vec<String> = (first..first + 8)
-        .map(|i| format!("${i}::text[]"))
-        .collect();
-    let filter = only_for
-        .map(|cte| format!(" WHERE e.dead_letter_id IN (SELECT id FROM {cte})"))
-        .unwrap_or_default();
-    format!(
-        "INSERT INTO dead_letter_history \
-         (dead_letter_id, operator, action, outcome, detail, token, target, plan_id) \
-         SELECT e.* FROM UNNEST({}) AS e(dead_letter_id, operator, action, outcome, detail, \
-         token, target, plan_id){filter}",
-        arrays.join(", ")
-    )
-}
+impl WriteDialect for Postgres {
+    const LEASE_END: &'static str = "replay_claim_expires_at";
+    const V1_TOKEN: &'static str = V1_TOKEN;
+    const STEP_OPEN: &'static str = "WITH c AS (";
 
-/// Binds the eight arrays of [`insert_history`].
-fn bind_history<'q>(
-    query: sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
-    entries: &[NewHistory],
-) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
-    let col = |f: fn(&NewHistory) -> Option<String>| entries.iter().map(f).collect::<Vec<_>>();
-    query
-        .bind(col(|e| Some(e.dead_letter_id.clone())))
-        .bind(col(|e| Some(e.operator.clone())))
-        .bind(col(|e| Some(e.action.to_string())))
-        .bind(col(|e| Some(e.outcome.as_str().to_string())))
-        .bind(col(|e| Some(e.detail.clone())))
-        .bind(col(|e| e.token.clone()))
-        .bind(col(|e| e.target.clone()))
-        .bind(col(|e| e.plan_id.clone()))
-}
+    fn push_write_ids(qb: &mut QueryBuilder<'static, Self>, ids: &[String]) {
+        Self::push_ids(qb, ids);
+    }
 
-/// A protocol step: `update` (an UPDATE ... RETURNING id, parameters $1..$n) and the
-/// history entries of the rows it changed, in one statement, so both commit together.
-fn step_sql(update: &str, n: usize) -> String {
-    format!(
-        "WITH c AS ({update}), h AS ({}) SELECT id FROM c",
-        insert_history(n + 1, Some("c"))
-    )
-}
+    fn lease_ended_now() -> String {
+        "LEAST(replay_claim_expires_at, now())".into()
+    }
 
-type PgQuery<'q> = sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>;
+    fn push_now_plus(qb: &mut QueryBuilder<'static, Self>, d: Duration) {
+        qb.push("now() + make_interval(secs => ");
+        qb.push_bind(d.as_millis() as i64);
+        qb.push("::float8 / 1000.0)");
+    }
+}
 
 impl PgStore {
-    async fn step(&self, query: PgQuery<'_>, history: &[NewHistory]) -> Result<Vec<String>> {
-        let rows = bind_history(query, history)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(db_error)?;
-        rows.iter()
+    /// Runs a write of [`protocol`] and the history of the rows it changed as one
+    /// statement (the UPDATE is the CTE `c` that [`WriteDialect::STEP_OPEN`] opened).
+    async fn step(
+        &self,
+        mut qb: QueryBuilder<'static, Postgres>,
+        history: &[NewHistory],
+    ) -> Result<Vec<PgRow>> {
+        qb.push("), h AS (");
+        push_history(&mut qb, history);
+        qb.push(" WHERE e.dead_letter_id IN (SELECT id FROM c)) SELECT * FROM c");
+        qb.build().fetch_all(&self.pool).await.map_err(db_error)
+    }
+
+    /// A step that returns the IDs it changed.
+    async fn ids_step(
+        &self,
+        qb: QueryBuilder<'static, Postgres>,
+        history: &[NewHistory],
+    ) -> Result<Vec<String>> {
+        self.step(qb, history)
+            .await?
+            .iter()
             .map(|r| r.try_get("id"))
             .collect::<Result<_, sqlx::Error>>()
             .map_err(db_error)
     }
+}
+
+/// The INSERT of history entries bound as eight arrays, however many entries.
+fn push_history(qb: &mut QueryBuilder<'static, Postgres>, entries: &[NewHistory]) {
+    let col = |f: fn(&NewHistory) -> Option<String>| entries.iter().map(f).collect::<Vec<_>>();
+    qb.push(
+        "INSERT INTO dead_letter_history \
+         (dead_letter_id, operator, action, outcome, detail, token, target, plan_id) \
+         SELECT e.* FROM UNNEST(",
+    );
+    let columns = [
+        col(|e| Some(e.dead_letter_id.clone())),
+        col(|e| Some(e.operator.clone())),
+        col(|e| Some(e.action.to_string())),
+        col(|e| Some(e.outcome.as_str().to_string())),
+        col(|e| Some(e.detail.clone())),
+        col(|e| e.token.clone()),
+        col(|e| e.target.clone()),
+        col(|e| e.plan_id.clone()),
+    ];
+    for (i, c) in columns.into_iter().enumerate() {
+        if i > 0 {
+            qb.push(", ");
+        }
+        qb.push_bind(c);
+        qb.push("::text[]");
+    }
+    qb.push(") AS e(dead_letter_id, operator, action, outcome, detail, token, target, plan_id)");
 }
 
 #[async_trait]
@@ -377,26 +392,9 @@ impl Store for PgStore {
         lease: Duration,
         history: &[NewHistory],
     ) -> Result<Vec<Claimed>> {
-        let sql = format!(
-            "WITH c AS (UPDATE dead_letters \
-                 SET replay_claim_owner = $2, \
-                     replay_claim_expires_at = now() + make_interval(secs => $3::float8 / 1000.0) \
-                 WHERE id = ANY($1) AND {} \
-                 RETURNING {}), \
-             h AS ({}) \
-             SELECT * FROM c",
-            state_predicate(State::Pending, NOW),
-            claimed_columns::<Postgres>(),
-            insert_history(4, Some("c"))
-        );
-        let query = sqlx::query(sql.as_str())
-            .bind(ids)
-            .bind(token)
-            .bind(lease.as_millis() as i64);
-        let rows = bind_history(query, history)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(db_error)?;
+        let rows = self
+            .step(protocol::claim(ids, token, lease), history)
+            .await?;
         rows.iter()
             .map(claimed_row::<Postgres>)
             .collect::<std::result::Result<_, _>>()
@@ -411,20 +409,8 @@ impl Store for PgStore {
         outlive: Duration,
         history: &[NewHistory],
     ) -> Result<Vec<String>> {
-        let sql = step_sql(
-            "UPDATE dead_letters SET replay_attempt_at = now(), replay_claim_owner = $3 \
-             WHERE id = ANY($1) AND replay_claim_owner = $2 AND replayed_at IS NULL \
-               AND discarded_at IS NULL AND replay_attempt_at IS NULL \
-               AND replay_claim_expires_at > now() + make_interval(secs => $4::float8 / 1000.0) \
-             RETURNING id",
-            4,
-        );
-        let query = sqlx::query(sql.as_str())
-            .bind(ids)
-            .bind(token)
-            .bind(new_token)
-            .bind(outlive.as_millis() as i64);
-        self.step(query, history).await
+        let update = protocol::attempt(ids, token, new_token, outlive);
+        self.ids_step(update, history).await
     }
 
     async fn mark_replayed(
@@ -433,16 +419,8 @@ impl Store for PgStore {
         token: &str,
         history: &[NewHistory],
     ) -> Result<Vec<String>> {
-        let sql = step_sql(
-            "UPDATE dead_letters SET replayed_at = now(), \
-                 replay_claim_expires_at = NULL, last_replay_error = NULL \
-             WHERE id = ANY($1) AND replay_claim_owner = $2 AND replayed_at IS NULL \
-               AND replay_attempt_at IS NOT NULL \
-             RETURNING id",
-            2,
-        );
-        self.step(sqlx::query(sql.as_str()).bind(ids).bind(token), history)
-            .await
+        let update = protocol::mark_replayed(ids, token);
+        self.ids_step(update, history).await
     }
 
     async fn release(
@@ -452,16 +430,8 @@ impl Store for PgStore {
         error: Option<&str>,
         history: &[NewHistory],
     ) -> Result<Vec<String>> {
-        let sql = step_sql(
-            "UPDATE dead_letters SET replay_claim_owner = NULL, replay_claim_expires_at = NULL, \
-                 replay_attempt_at = NULL, last_replay_error = COALESCE($3, last_replay_error) \
-             WHERE id = ANY($1) AND replay_claim_owner = $2 AND replayed_at IS NULL \
-               AND replay_claim_expires_at > now() \
-             RETURNING id",
-            3,
-        );
-        let query = sqlx::query(sql.as_str()).bind(ids).bind(token).bind(error);
-        self.step(query, history).await
+        let update = protocol::release(ids, token, error);
+        self.ids_step(update, history).await
     }
 
     async fn settle_uncertain(
@@ -469,49 +439,20 @@ impl Store for PgStore {
         ids: &[String],
         token: &str,
         error: &str,
-        end_lease: bool,
+        lease: LeaseAfter,
         history: &[NewHistory],
     ) -> Result<Vec<String>> {
-        let sql = step_sql(
-            "UPDATE dead_letters SET last_replay_error = $3, \
-                 replay_claim_expires_at = CASE WHEN $4 \
-                     THEN LEAST(replay_claim_expires_at, now()) \
-                     ELSE replay_claim_expires_at END \
-             WHERE id = ANY($1) AND replay_claim_owner = $2 AND replayed_at IS NULL \
-               AND replay_attempt_at IS NOT NULL \
-             RETURNING id",
-            4,
-        );
-        let query = sqlx::query(sql.as_str())
-            .bind(ids)
-            .bind(token)
-            .bind(error)
-            .bind(end_lease);
-        self.step(query, history).await
+        let update = protocol::settle_uncertain(ids, token, error, lease);
+        self.ids_step(update, history).await
     }
 
     async fn resolve(
         &self,
         ids: &[String],
-        delivered: bool,
+        resolution: Resolution,
         history: &[NewHistory],
     ) -> Result<Vec<String>> {
-        let set = if delivered {
-            "replayed_at = now(), replay_claim_expires_at = NULL"
-        } else {
-            "replay_attempt_at = NULL, replay_claim_owner = NULL, replay_claim_expires_at = NULL"
-        };
-        let sql = step_sql(
-            &format!(
-                "UPDATE dead_letters SET {set} \
-                 WHERE id = ANY($1) AND {} AND {} \
-                 RETURNING id",
-                state_predicate(State::Uncertain, NOW),
-                unsettleable(NOW, "replay_claim_expires_at", V1_TOKEN)
-            ),
-            1,
-        );
-        self.step(sqlx::query(sql.as_str()).bind(ids), history)
+        self.ids_step(protocol::resolve(ids, resolution), history)
             .await
     }
 
@@ -519,11 +460,9 @@ impl Store for PgStore {
         if entries.is_empty() {
             return Ok(());
         }
-        let sql = insert_history(1, None);
-        bind_history(sqlx::query(&sql), entries)
-            .execute(&self.pool)
-            .await
-            .map_err(db_error)?;
+        let mut qb = QueryBuilder::new("");
+        push_history(&mut qb, entries);
+        qb.build().execute(&self.pool).await.map_err(db_error)?;
         Ok(())
     }
 
@@ -620,29 +559,11 @@ impl Store for PgStore {
         note: &str,
         history: &[NewHistory],
     ) -> Result<Vec<String>> {
-        let sql = step_sql(
-            &format!(
-                "UPDATE dead_letters SET discarded_at = now(), discard_note = $2 \
-                 WHERE id = ANY($1) AND {} RETURNING id",
-                state_predicate(State::Pending, NOW)
-            ),
-            2,
-        );
-        self.step(sqlx::query(sql.as_str()).bind(ids).bind(note), history)
-            .await
+        self.ids_step(protocol::discard(ids, note), history).await
     }
 
     async fn restore(&self, ids: &[String], history: &[NewHistory]) -> Result<Vec<String>> {
-        let sql = step_sql(
-            &format!(
-                "UPDATE dead_letters SET discarded_at = NULL, discard_note = NULL \
-                 WHERE id = ANY($1) AND {} RETURNING id",
-                state_predicate(State::Discarded, NOW)
-            ),
-            1,
-        );
-        self.step(sqlx::query(sql.as_str()).bind(ids), history)
-            .await
+        self.ids_step(protocol::restore(ids), history).await
     }
 
     async fn prune_batch(

@@ -7,17 +7,17 @@
 //! every write matches each ID exactly, as TEXT ([`EXACT_IDS`]).
 
 use super::identity::identity_hint;
-use super::read::{claimed_columns, claimed_row, import_history, push_where, Backend, Dialect};
+use super::protocol::{self, LeaseAfter, Resolution, WriteDialect};
+use super::read::{claimed_row, import_history, push_where, Backend, Dialect};
 use super::sqlite_open;
 use super::sqlite_read::{exact_ids_json, id_bytes, EXACT_IDS};
 use super::sqlite_time::{to_us, LEASE_END, NOW_US};
 use super::{
-    check_prune_filter, db_error, is_row_error, migration_error, newly_applied, state_predicate_at,
-    unsettleable, CaptureOutcome, CapturedLetter, Claimed, ImportReport, NewDeadLetter, Store,
-    StoreOptions,
+    check_prune_filter, db_error, is_row_error, migration_error, newly_applied, CaptureOutcome,
+    CapturedLetter, Claimed, ImportReport, NewDeadLetter, Store, StoreOptions,
 };
 use crate::error::{DlqError, Result};
-use crate::model::{Filter, NewHistory, State};
+use crate::model::{Filter, NewHistory};
 use crate::secret::SecretUrl;
 use async_trait::async_trait;
 use sqlx::sqlite::{
@@ -112,31 +112,68 @@ impl SqliteStore {
             .map_err(self.err())
     }
 
-    /// A protocol step: `query` (an UPDATE ... RETURNING id) and the history entries of
-    /// the rows it changed, in one write transaction.
-    async fn step<'q>(
+    /// Runs a write of [`protocol`] and the history of the rows it changed in one write
+    /// transaction; returns the rows it RETURNed.
+    async fn step(
         &self,
-        query: sqlx::query::Query<'q, sqlx::Sqlite, sqlx::sqlite::SqliteArguments<'q>>,
+        mut qb: QueryBuilder<'static, Sqlite>,
         history: &[NewHistory],
-    ) -> Result<Vec<String>> {
+    ) -> Result<Vec<sqlx::sqlite::SqliteRow>> {
         let mut tx = self.begin_write().await?;
-        let changed: Vec<String> = query
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(self.err())?
+        let rows = qb.build().fetch_all(&mut *tx).await.map_err(self.err())?;
+        let changed = rows
             .iter()
             .map(|r| {
                 <Sqlite as Dialect>::text(r, "id", true)
                     .and_then(|id| id.ok_or_else(|| sqlx::Error::Decode("NULL id".into())))
             })
-            .collect::<std::result::Result<_, sqlx::Error>>()
+            .collect::<std::result::Result<HashSet<String>, sqlx::Error>>()
             .map_err(self.err())?;
         let ids: HashSet<&str> = changed.iter().map(String::as_str).collect();
         insert_history(&mut tx, &only_for(history, &ids))
             .await
             .map_err(self.err())?;
         tx.commit().await.map_err(self.err())?;
-        Ok(changed)
+        Ok(rows)
+    }
+
+    /// A step that returns the IDs it changed.
+    async fn ids_step(
+        &self,
+        qb: QueryBuilder<'static, Sqlite>,
+        history: &[NewHistory],
+    ) -> Result<Vec<String>> {
+        self.step(qb, history)
+            .await?
+            .iter()
+            .map(|r| {
+                <Sqlite as Dialect>::text(r, "id", true)
+                    .and_then(|id| id.ok_or_else(|| sqlx::Error::Decode("NULL id".into())))
+            })
+            .collect::<std::result::Result<_, sqlx::Error>>()
+            .map_err(self.err())
+    }
+}
+
+impl WriteDialect for Sqlite {
+    const LEASE_END: &'static str = LEASE_END;
+    const V1_TOKEN: &'static str = V1_TOKEN;
+    const STEP_OPEN: &'static str = "";
+
+    fn push_write_ids(qb: &mut QueryBuilder<'static, Self>, ids: &[String]) {
+        qb.push(EXACT_IDS[0]);
+        qb.push_bind(exact_ids_json(ids));
+        qb.push(EXACT_IDS[1]);
+    }
+
+    fn lease_ended_now() -> String {
+        format!("min(COALESCE({LEASE_END}, {NOW_US}), {NOW_US})")
+    }
+
+    fn push_now_plus(qb: &mut QueryBuilder<'static, Self>, d: Duration) {
+        qb.push(NOW_US);
+        qb.push(" + ");
+        qb.push_bind(d.as_micros() as i64);
     }
 }
 
@@ -304,35 +341,15 @@ impl Store for SqliteStore {
         lease: Duration,
         history: &[NewHistory],
     ) -> Result<Vec<Claimed>> {
-        let mut tx = self.begin_write().await?;
-        // No body over 1 MiB: SQLite materializes every RETURNING row before the first is
-        // read.
-        let claim = format!(
-            "UPDATE dead_letters SET replay_claim_owner = ?2, \
-                 replay_claim_expires_at = {NOW_US} + ?3 \
-             WHERE {EXACT_IDS} AND {} \
-             RETURNING {}",
-            state_predicate_at(State::Pending, NOW_US, LEASE_END),
-            claimed_columns::<Sqlite>(),
-        );
-        let rows = sqlx::query(&claim)
-            .bind(exact_ids_json(ids))
-            .bind(token)
-            .bind(lease.as_micros() as i64)
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(self.err())?;
-        let claimed = rows
-            .iter()
+        // No body over 1 MiB (claimed_columns): SQLite materializes every RETURNING row
+        // before the first is read.
+        let rows = self
+            .step(protocol::claim(ids, token, lease), history)
+            .await?;
+        rows.iter()
             .map(claimed_row::<Sqlite>)
             .collect::<std::result::Result<Vec<_>, _>>()
-            .map_err(self.err())?;
-        let ids: HashSet<&str> = claimed.iter().map(|r| r.summary.id.as_str()).collect();
-        insert_history(&mut tx, &only_for(history, &ids))
-            .await
-            .map_err(self.err())?;
-        tx.commit().await.map_err(self.err())?;
-        Ok(claimed)
+            .map_err(self.err())
     }
 
     async fn attempt(
@@ -341,22 +358,10 @@ impl Store for SqliteStore {
         token: &str,
         new_token: &str,
         outlive: Duration,
-        // SQLite has no session a lock could live with: the lease is the only word.
         history: &[NewHistory],
     ) -> Result<Vec<String>> {
-        let sql = format!(
-            "UPDATE dead_letters SET replay_attempt_at = {NOW_US}, replay_claim_owner = ?3 \
-             WHERE {EXACT_IDS} AND replay_claim_owner = ?2 AND replayed_at IS NULL \
-               AND discarded_at IS NULL AND replay_attempt_at IS NULL \
-               AND {LEASE_END} > {NOW_US} + ?4 \
-             RETURNING id"
-        );
-        let query = sqlx::query(sql.as_str())
-            .bind(exact_ids_json(ids))
-            .bind(token.to_string())
-            .bind(new_token.to_string())
-            .bind(outlive.as_micros() as i64);
-        self.step(query, history).await
+        let update = protocol::attempt(ids, token, new_token, outlive);
+        self.ids_step(update, history).await
     }
 
     async fn mark_replayed(
@@ -365,17 +370,8 @@ impl Store for SqliteStore {
         token: &str,
         history: &[NewHistory],
     ) -> Result<Vec<String>> {
-        let sql = format!(
-            "UPDATE dead_letters SET replayed_at = {NOW_US}, replay_claim_expires_at = NULL, \
-                 last_replay_error = NULL \
-             WHERE {EXACT_IDS} AND replay_claim_owner = ?2 AND replayed_at IS NULL \
-               AND replay_attempt_at IS NOT NULL \
-             RETURNING id"
-        );
-        let query = sqlx::query(sql.as_str())
-            .bind(exact_ids_json(ids))
-            .bind(token.to_string());
-        self.step(query, history).await
+        let update = protocol::mark_replayed(ids, token);
+        self.ids_step(update, history).await
     }
 
     async fn release(
@@ -385,18 +381,8 @@ impl Store for SqliteStore {
         error: Option<&str>,
         history: &[NewHistory],
     ) -> Result<Vec<String>> {
-        let sql = format!(
-            "UPDATE dead_letters SET replay_claim_owner = NULL, replay_claim_expires_at = NULL, \
-                 replay_attempt_at = NULL, last_replay_error = COALESCE(?3, last_replay_error) \
-             WHERE {EXACT_IDS} AND replay_claim_owner = ?2 AND replayed_at IS NULL \
-               AND {LEASE_END} > {NOW_US} \
-             RETURNING id"
-        );
-        let query = sqlx::query(sql.as_str())
-            .bind(exact_ids_json(ids))
-            .bind(token.to_string())
-            .bind(error.map(str::to_string));
-        self.step(query, history).await
+        let update = protocol::release(ids, token, error);
+        self.ids_step(update, history).await
     }
 
     async fn settle_uncertain(
@@ -404,46 +390,20 @@ impl Store for SqliteStore {
         ids: &[String],
         token: &str,
         error: &str,
-        end_lease: bool,
+        lease: LeaseAfter,
         history: &[NewHistory],
     ) -> Result<Vec<String>> {
-        let sql = format!(
-            "UPDATE dead_letters SET last_replay_error = ?3, \
-                 replay_claim_expires_at = CASE WHEN ?4 \
-                     THEN min(COALESCE({LEASE_END}, {NOW_US}), {NOW_US}) \
-                     ELSE replay_claim_expires_at END \
-             WHERE {EXACT_IDS} AND replay_claim_owner = ?2 AND replayed_at IS NULL \
-               AND replay_attempt_at IS NOT NULL \
-             RETURNING id"
-        );
-        let query = sqlx::query(sql.as_str())
-            .bind(exact_ids_json(ids))
-            .bind(token.to_string())
-            .bind(error.to_string())
-            .bind(end_lease);
-        self.step(query, history).await
+        let update = protocol::settle_uncertain(ids, token, error, lease);
+        self.ids_step(update, history).await
     }
 
     async fn resolve(
         &self,
         ids: &[String],
-        delivered: bool,
+        resolution: Resolution,
         history: &[NewHistory],
     ) -> Result<Vec<String>> {
-        let set = if delivered {
-            format!("replayed_at = {NOW_US}, replay_claim_expires_at = NULL")
-        } else {
-            "replay_attempt_at = NULL, replay_claim_owner = NULL, replay_claim_expires_at = NULL"
-                .to_string()
-        };
-        let sql = format!(
-            "UPDATE dead_letters SET {set} \
-             WHERE {EXACT_IDS} AND {} AND {} \
-             RETURNING id",
-            state_predicate_at(State::Uncertain, NOW_US, LEASE_END),
-            unsettleable(NOW_US, LEASE_END, V1_TOKEN)
-        );
-        self.step(sqlx::query(sql.as_str()).bind(exact_ids_json(ids)), history)
+        self.ids_step(protocol::resolve(ids, resolution), history)
             .await
     }
 
@@ -535,25 +495,11 @@ impl Store for SqliteStore {
         note: &str,
         history: &[NewHistory],
     ) -> Result<Vec<String>> {
-        let sql = format!(
-            "UPDATE dead_letters SET discarded_at = {NOW_US}, discard_note = ?2 \
-             WHERE {EXACT_IDS} AND {} RETURNING id",
-            state_predicate_at(State::Pending, NOW_US, LEASE_END)
-        );
-        let query = sqlx::query(sql.as_str())
-            .bind(exact_ids_json(ids))
-            .bind(note.to_string());
-        self.step(query, history).await
+        self.ids_step(protocol::discard(ids, note), history).await
     }
 
     async fn restore(&self, ids: &[String], history: &[NewHistory]) -> Result<Vec<String>> {
-        let sql = format!(
-            "UPDATE dead_letters SET discarded_at = NULL, discard_note = NULL \
-             WHERE {EXACT_IDS} AND {} RETURNING id",
-            state_predicate_at(State::Discarded, NOW_US, LEASE_END)
-        );
-        self.step(sqlx::query(sql.as_str()).bind(exact_ids_json(ids)), history)
-            .await
+        self.ids_step(protocol::restore(ids), history).await
     }
 
     async fn prune_batch(

@@ -32,12 +32,14 @@ pub(crate) fn exact_ids_json(ids: &[String]) -> String {
     serde_json::to_string(ids).unwrap_or_else(|_| "[]".into())
 }
 
-/// Every write by ID: `id` is, as TEXT, exactly one of the IDs of the JSON array `?1`
+/// Every write by ID: `id` is, as TEXT, exactly one of the IDs of the JSON array `?`
 /// ([`exact_ids_json`]): no escape decoding, never a BLOB (a TEXT value never equals a
 /// BLOB), so each ID names at most one row (the primary key). A worker's BLOB id is
 /// only read ([`in_ids!`]); [`crate::model::IdStorage`] says how to fix it.
-pub(crate) const EXACT_IDS: &str =
-    "typeof(id) = 'text' AND id IN (SELECT value FROM json_each(?1))";
+pub(crate) const EXACT_IDS: [&str; 2] = [
+    "typeof(id) = 'text' AND id IN (SELECT value FROM json_each(",
+    "))",
+];
 
 /// The bytes a BLOB id shown as `id` holds: what [`escaped`] shows as `id`.
 pub(crate) fn id_bytes(id: &str) -> Vec<u8> {
