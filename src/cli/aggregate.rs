@@ -1,6 +1,7 @@
 //! `dlq aggregate --by ...`: where the dead letters come from, largest group first.
 
 use super::filters::FilterArgs;
+use super::output::say;
 use super::output::{thousands, time, time_or};
 use super::Result;
 use super::{Ctx, Format};
@@ -123,7 +124,7 @@ pub async fn run(ctx: &Ctx, args: AggregateArgs) -> Result<u8> {
             ctx.out.table(header, rows);
             ctx.out.check()?;
             if groups.is_empty() {
-                eprintln!("no dead letters match");
+                say("no dead letters match");
             }
         }
     }

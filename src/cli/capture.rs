@@ -1,6 +1,7 @@
 //! `dlq capture --queue Q`: the messages of a RabbitMQ dead-letter queue become dead
 //! letters; all the work is [`dlq::capture::capture`].
 
+use super::output::say;
 use super::Result;
 use super::{Ctx, Format};
 use clap::Args;
@@ -76,7 +77,7 @@ fn watch_signals() -> tokio::sync::watch::Receiver<bool> {
         }
         #[cfg(not(unix))]
         let _ = tokio::signal::ctrl_c().await;
-        eprintln!("dlq: interrupted: storing and acking the batch in hand, then stopping");
+        say("dlq: interrupted: storing and acking the batch in hand, then stopping");
         let _ = tx.send(true);
     });
     rx
@@ -147,7 +148,7 @@ pub async fn run(ctx: &Ctx, args: CaptureArgs) -> Result<u8> {
     });
     let say = |text: String| match &progress {
         Some(pb) => pb.println(text),
-        None => eprintln!("{text}"),
+        None => super::output::say(&text),
     };
     let result = capture(store.clone(), &opts, stop, |e| match e {
         Event::Batch(s) => {

@@ -1,5 +1,6 @@
 //! `dlq claim ID`: takes the replay lease by hand (a runbook step before `replay --token`).
 
+use super::output::say;
 use super::report::{emit, StepReport};
 use super::Ctx;
 use super::Result;
@@ -61,13 +62,13 @@ pub async fn run(ctx: &Ctx, args: ClaimArgs) -> Result<u8> {
     if args.token_only {
         match &report.token {
             Some(t) => ctx.out.text(&format!("{t}\n")),
-            None => eprintln!(
+            None => say(&format!(
                 "{}",
                 dlq::sanitize::line(&format!(
                     "dlq: {}: {} ({})",
                     report.id, report.outcome, report.detail
                 ))
-            ),
+            )),
         }
         return Ok(report.outcome.exit_code());
     }

@@ -3,6 +3,7 @@
 //! flat however many there are.
 
 use super::filters::FilterArgs;
+use super::output::say;
 use super::output::thousands;
 use super::Ctx;
 use super::Result;
@@ -43,7 +44,7 @@ pub async fn run(ctx: &Ctx, args: ExportArgs) -> Result<u8> {
         (Ok(_), Err(e)) if closed_pipe(&e) => Ok(dlq::exit::OK),
         (Ok(_), Err(e)) => Err(e).context("cannot write the export"),
         (Ok(n), Ok(())) => {
-            eprintln!("exported {} dead letters", thousands(n as i64));
+            say(&format!("exported {} dead letters", thousands(n as i64)));
             Ok(dlq::exit::OK)
         }
     }

@@ -1,6 +1,7 @@
 //! `dlq list`: newest first, bodies never read.
 
 use super::filters::FilterArgs;
+use super::output::say;
 use super::output::{opt, thousands, time_or, truncate, UNREADABLE};
 use super::Result;
 use super::{Ctx, Format};
@@ -38,10 +39,10 @@ pub async fn run(ctx: &Ctx, args: ListArgs) -> Result<u8> {
     loop {
         if terminal {
             ctx.out.clear_screen();
-            eprintln!(
+            say(&format!(
                 "every {}; Ctrl-C to stop",
                 humantime::format_duration(every)
-            );
+            ));
         }
         tokio::select! {
             done = render(ctx, store.as_ref(), &args) => done?,
@@ -130,13 +131,13 @@ async fn render(ctx: &Ctx, store: &dyn dlq::store::Store, args: &ListArgs) -> Re
                 true => format!("{}+", thousands(cap)),
                 false => thousands(total),
             };
-            eprintln!(
+            say(&format!(
                 "{} of {of} shown (raise --limit or narrow the filters)",
                 thousands(shown)
-            );
+            ));
         }
     } else if shown == 0 && ctx.format != Format::Json {
-        eprintln!("no dead letters match");
+        say("no dead letters match");
     }
     Ok(())
 }

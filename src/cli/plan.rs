@@ -1,6 +1,7 @@
 //! `dlq plan`: freezes a reviewed, homogeneous selection as JSON on stdout.
 
 use super::filters::FilterArgs;
+use super::output::say;
 use super::output::thousands;
 use super::Ctx;
 use super::Result;
@@ -48,18 +49,18 @@ pub async fn run(ctx: &Ctx, args: PlanArgs) -> Result<u8> {
     ctx.out.check()?;
     let matched = plan.matched.unwrap_or(plan.count);
     if matched > plan.count {
-        eprintln!(
+        say(&format!(
             "plan {}: {} of {} dead letters (raise --limit); review it, then `dlq replay --plan FILE`",
             plan.plan_id,
             thousands(plan.count as i64),
             thousands(matched as i64)
-        );
+        ));
     } else {
-        eprintln!(
+        say(&format!(
             "plan {}: {} dead letters; review it, then `dlq replay --plan FILE`",
             plan.plan_id,
             thousands(plan.count as i64)
-        );
+        ));
     }
     Ok(dlq::exit::OK)
 }

@@ -1,5 +1,6 @@
 //! Asking before acting, and noticing Ctrl-C: shared by the commands that change rows.
 
+use super::output::say;
 use super::Ctx;
 use dlq::error::{DlqError, Result};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -33,7 +34,7 @@ pub fn watch_signals_counted() -> (Arc<AtomicBool>, Arc<AtomicUsize>) {
             let _ = tokio::signal::ctrl_c().await;
             n.fetch_add(1, Ordering::SeqCst);
             if !f.swap(true, Ordering::SeqCst) {
-                eprintln!("dlq: interrupted: stopping once the items in flight are settled");
+                say("dlq: interrupted: stopping once the items in flight are settled");
             }
         }
     });

@@ -3,6 +3,7 @@
 //! one batch at most. Never a `pending`, `claimed` or `uncertain` one.
 
 use super::filters::FilterArgs;
+use super::output::say;
 use super::output::{thousands, time};
 use super::prompt::{confirm, require_consent, watch_signals};
 use super::Result;
@@ -82,13 +83,13 @@ pub async fn run(ctx: &Ctx, args: PruneArgs) -> Result<u8> {
         return Ok(dlq::exit::OK);
     }
     if require_consent(ctx, args.yes, "prune")? {
-        eprintln!(
+        say(&format!(
             "About to delete {} dead letters ({states_text}) settled before {}, and their history",
             thousands(matched),
             time(before)
-        );
+        ));
         if !confirm(ctx, "Delete them?").await? {
-            eprintln!("declined; nothing was deleted");
+            say("declined; nothing was deleted");
             return Ok(dlq::exit::NOT_DONE);
         }
     }

@@ -1,5 +1,6 @@
 //! `dlq replay ID` and `dlq replay --plan FILE`: both go through [`dlq::replay::replay`].
 
+use super::output::say;
 use super::output::Base64;
 use super::prompt::{confirm, require_consent, watch_signals_counted};
 use super::report::{emit, emit_item, StepReport};
@@ -243,7 +244,7 @@ async fn single(
         };
         let preview = super::output::truncate(&String::from_utf8_lossy(&row.body), 200);
         let line = |s: &str| dlq::sanitize::line(s).into_owned();
-        eprintln!(
+        say(&format!(
             "About to replay:\n  id:        {}\n  event id:  {}\n  reason:    {}\n  producer:  {}\n  target:    {}\n  sha256:    {}\n  body:      {}",
             line(id),
             line(row.summary.event_id.as_deref().unwrap_or("(unknown)")),
@@ -252,7 +253,7 @@ async fn single(
             line(&target.to_string()),
             row.sha256(),
             line(&preview)
-        );
+        ));
         if !confirm(ctx, "Replay it?").await? {
             return Ok(emit(
                 ctx,
@@ -299,7 +300,7 @@ async fn group(
     store.check_schema().await?;
     plan.check_database(store.as_ref()).await?;
     if require_consent(ctx, args.yes, "replay")? {
-        eprintln!(
+        say(&format!(
             "{}",
             dlq::sanitize::line(&format!(
                 "About to replay plan {} ({} items, made by {} at {}), filters {}",
@@ -309,9 +310,9 @@ async fn group(
                 super::output::time(plan.created_at),
                 serde_json::to_string(&plan.filters).unwrap_or_default()
             ))
-        );
+        ));
         if !confirm(ctx, "Replay this plan?").await? {
-            eprintln!("declined; nothing was claimed or published");
+            say("declined; nothing was claimed or published");
             return Ok(dlq::exit::NOT_DONE);
         }
     }
@@ -389,12 +390,12 @@ async fn group(
             .json_line(&serde_json::json!({ "summary": summary })),
     }
     if let Some(d) = summary.stop_detail.as_ref().filter(|_| !ctx.out.closed()) {
-        eprintln!(
+        say(&format!(
             "dlq: {} ({} of {} items done)",
             dlq::sanitize::line(d),
             summary.done,
             summary.total
-        );
+        ));
     }
     Ok(summary.exit_code())
 }
@@ -438,7 +439,7 @@ fn notices(settle: Duration) -> Notices {
                 "dlq: could not record why {rows} dead letter(s) are uncertain ({cause}); they show uncertain all the same (`dlq list --state uncertain`)"
             ),
         };
-        eprintln!("{}", dlq::sanitize::line(&text));
+        say(&text);
     })
 }
 

@@ -2,6 +2,7 @@
 //! and the one place that prints it.
 
 use super::filters::Selection;
+use super::output::say;
 use super::output::thousands;
 use super::prompt::{confirm, require_consent};
 use super::Result;
@@ -176,7 +177,7 @@ where
 {
     let (verb, from) = (change.action, change.from.as_str());
     if sel.ids.is_empty() {
-        eprintln!("no {from} dead letters match; nothing to {verb}");
+        say(&format!("no {from} dead letters match; nothing to {verb}"));
         return Ok(dlq::exit::OK);
     }
     if require_consent(ctx, yes, verb)? {
@@ -184,7 +185,10 @@ where
             true => sel.ids[0].clone(),
             false => format!("{} dead letters", thousands(sel.ids.len() as i64)),
         };
-        eprintln!("About to {verb} {what} ({}): {note}", change.meaning);
+        say(&format!(
+            "About to {verb} {what} ({}): {note}",
+            change.meaning
+        ));
         let mut question = verb.to_string();
         question[..1].make_ascii_uppercase();
         if !confirm(ctx, &format!("{question}?")).await? {
@@ -193,7 +197,7 @@ where
                 let r = StepReport::new(&sel.ids[0], change.not_done, declined);
                 return Ok(emit(ctx, &r));
             }
-            eprintln!("declined; nothing was changed");
+            say("declined; nothing was changed");
             return Ok(dlq::exit::NOT_DONE);
         }
     }
@@ -267,12 +271,12 @@ where
         }
     }
     if !single {
-        eprintln!(
+        say(&format!(
             "{} {} of {} dead letters",
             change.done,
             thousands(changed_total as i64),
             thousands(ids.len() as i64)
-        );
+        ));
     }
     Ok(worst.map(|o| o.exit_code()).unwrap_or(dlq::exit::OK))
 }

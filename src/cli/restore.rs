@@ -2,6 +2,7 @@
 //! note in its history saying why.
 
 use super::filters::{select, FilterArgs};
+use super::output::say;
 use super::report::{confirm_and_apply, Change};
 use super::Ctx;
 use super::Result;
@@ -51,10 +52,10 @@ pub async fn run(ctx: &Ctx, args: RestoreArgs) -> Result<u8> {
     .await?;
     let detail_of = open_attempts(store.as_ref(), &sel.ids, &args.note).await?;
     if !detail_of.is_empty() && !sel.single {
-        eprintln!(
+        say(&format!(
             "{} of these had a publish attempted before the discard, never settled: restored, they are uncertain, not pending (check the consumers, then `dlq resolve`)",
             detail_of.len()
-        );
+        ));
     }
     let change = Change {
         action: "restore",
