@@ -13,6 +13,7 @@ pub mod import;
 pub mod model;
 pub mod plan;
 pub mod publisher;
+pub mod rate;
 pub mod replay;
 pub mod sanitize;
 pub mod secret;

@@ -12,8 +12,11 @@ use crate::publisher::{unless_stopped, Broker};
 use crate::replay::{replay_batch, Item, ItemReport, ReplayOptions};
 use crate::store::{PlanCandidate, Store};
 
+mod pace;
 mod summary;
 use chrono::{DateTime, Utc};
+use pace::CanaryPhase;
+pub use pace::{depth_target, Canary, DepthGate, Pacing, RunEvent, DEFAULT_CANARY_WAIT};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -229,6 +232,8 @@ pub struct RunOptions {
     /// Batches worked on at once, each on its own broker connection; they take turns
     /// publishing, so that one batch's SQL overlaps another's publishing.
     pub workers: usize,
+    /// Rate, ramp, canary and depth gate.
+    pub pacing: Pacing,
 }
 
 /// What the workers of a run share.
@@ -239,10 +244,14 @@ struct Shared<F> {
     in_flight: usize,
     failures: usize,
     replayed: usize,
-    /// Why a worker could not go on (the first such error): the run's end decides whether
-    /// it is the run's error or a stop with a summary (see [`Run::cannot_go_on`]).
-    failed: Option<DlqError>,
-    on_item: F,
+    /// Items that went out, or may have (replayed or uncertain): what a canary counts.
+    sent: usize,
+    canary: CanaryPhase,
+    /// Why a worker could not go on (the first such error) and what was gone: the run's
+    /// end decides whether it is the run's error or a stop with a summary (see
+    /// [`Run::cannot_go_on`]).
+    failed: Option<(Unavailable, DlqError)>,
+    on_event: F,
 }
 
 impl<F> Shared<F> {
@@ -257,6 +266,8 @@ impl<F> Shared<F> {
                 .saturating_sub(self.in_flight),
         };
         room.min(opts.batch_size.max(1))
+            .min(opts.pacing.batch_cap())
+            .min(self.canary.room(self.sent, self.in_flight))
             .min(self.summary.total - self.next)
     }
 
@@ -264,17 +275,20 @@ impl<F> Shared<F> {
     /// it known whether anything came of a run that could not go on (another worker's
     /// batch may have been out, unconfirmed, when one worker's claim failed).
     fn end(mut self, interrupted: bool) -> Result<RunSummary> {
-        if let Some(e) = self.failed.take() {
+        if let Some((what, e)) = self.failed.take() {
             if self.summary.done == 0 {
                 return Err(e);
             }
-            self.summary.stop_unavailable(
-                Unavailable::Database,
-                format!(
-                    "the database could not be used ({}); stopping: the items not reached were not published",
-                    crate::replay::cause_text(&e)
+            let cause = crate::replay::cause_text(&e);
+            let detail = match what {
+                Unavailable::TargetQueue => format!(
+                    "{cause}; stopping: the items not reached were not published"
                 ),
-            );
+                _ => format!(
+                    "the database could not be used ({cause}); stopping: the items not reached were not published"
+                ),
+            };
+            self.summary.stop_unavailable(what, detail);
         }
         if interrupted && self.summary.done < self.summary.total {
             self.summary.stop(
@@ -295,7 +309,7 @@ pub async fn run_plan(
     plan: &Plan,
     opts: &RunOptions,
     interrupted: &AtomicBool,
-    on_item: impl FnMut(&ItemReport, &RunSummary),
+    on_event: impl FnMut(RunEvent<'_>),
 ) -> Result<RunSummary> {
     let started = store.now().await?;
     let shared = Mutex::new(Shared {
@@ -315,9 +329,15 @@ pub async fn run_plan(
         in_flight: 0,
         failures: 0,
         replayed: 0,
+        sent: 0,
+        canary: CanaryPhase::of(&opts.pacing),
         failed: None,
-        on_item,
+        on_event,
     });
+    // With a canary, a ramp starts once the canary has passed.
+    if let (Some(p), None) = (&opts.pacing.pacer, &opts.pacing.canary) {
+        p.start_ramp();
+    }
     let run = Run {
         store,
         plan,
@@ -357,13 +377,24 @@ struct Run<'a, F> {
     watch: tokio::sync::Mutex<(NewDeadLetters, HashSet<String>)>,
 }
 
-impl<F: FnMut(&ItemReport, &RunSummary)> Run<'_, F> {
+impl<F: FnMut(RunEvent<'_>)> Run<'_, F> {
     fn stopping(&self) -> bool {
         self.stop.load(Ordering::SeqCst) || self.interrupted.load(Ordering::SeqCst)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Shared<F>> {
         self.shared.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Tells the caller.
+    fn event(&self, e: RunEvent<'_>) {
+        (self.lock().on_event)(e);
+    }
+
+    /// Gives back items taken but never claimed: they count as not reached.
+    fn untake(&self, taken: usize) {
+        self.lock().in_flight -= taken;
+        self.settled.notify_waiters();
     }
 
     /// The next items this worker may replay; `None` when the run is over for it.
@@ -373,7 +404,7 @@ impl<F: FnMut(&ItemReport, &RunSummary)> Run<'_, F> {
                 return None;
             }
             let notified = self.settled.notified();
-            {
+            let canary_due = {
                 let mut sh = self.lock();
                 if sh.next >= sh.summary.total {
                     return None;
@@ -391,13 +422,24 @@ impl<F: FnMut(&ItemReport, &RunSummary)> Run<'_, F> {
                     sh.in_flight += n;
                     return Some(items);
                 }
+                let due = sh.canary.due(sh.sent, sh.in_flight);
+                if due {
+                    sh.canary = CanaryPhase::Watching;
+                }
+                due
+            };
+            match canary_due {
+                true => self.canary_wait().await,
+                false => _ = unless_stopped(self.interrupted, notified).await,
             }
-            unless_stopped(self.interrupted, notified).await;
         }
     }
 
     async fn worker(&self, broker: &mut Broker) {
         while let Some(items) = self.take().await {
+            if !self.depth_gate(broker, items.len()).await {
+                return;
+            }
             let switches = broker.switches;
             let result = replay_batch(
                 self.store,
@@ -410,7 +452,7 @@ impl<F: FnMut(&ItemReport, &RunSummary)> Run<'_, F> {
             self.lock().summary.node_switches += broker.switches - switches;
             let batch = match result {
                 Ok(b) => b,
-                Err(e) => return self.cannot_go_on(items.len(), e),
+                Err(e) => return self.cannot_go_on(Unavailable::Database, items.len(), e),
             };
             let reports = batch.reports;
             self.account(items.len(), &reports);
@@ -439,21 +481,22 @@ impl<F: FnMut(&ItemReport, &RunSummary)> Run<'_, F> {
                 return;
             }
             if let Err(e) = self.came_back(&reports).await {
-                return self.cannot_go_on(0, e);
+                return self.cannot_go_on(Unavailable::Database, 0, e);
             }
         }
     }
 
     /// The database failed a batch before it published anything (its claim), or the
-    /// come-back check: the run stops taking items, and the other workers settle what
+    /// come-back check, or the target queue's depth could not be read (`what` was gone):
+    /// the run stops taking items, and the other workers settle what
     /// they have in flight. Whether that makes the run fail (nothing came of it: exit 1)
     /// or stop as `unavailable` with its summary is decided once they all have (in
     /// [`run_plan`]): at this point another worker's batch may be out, unconfirmed.
-    fn cannot_go_on(&self, taken: usize, e: DlqError) {
+    fn cannot_go_on(&self, what: Unavailable, taken: usize, e: DlqError) {
         {
             let mut sh = self.lock();
             sh.in_flight -= taken;
-            sh.failed.get_or_insert(e);
+            sh.failed.get_or_insert((what, e));
         }
         self.stop.store(true, Ordering::SeqCst);
         self.settled.notify_waiters();
@@ -481,10 +524,11 @@ impl<F: FnMut(&ItemReport, &RunSummary)> Run<'_, F> {
                 Outcome::Replayed => sh.replayed += 1,
                 _ => {}
             }
+            sh.sent += usize::from(pace::sent(r.outcome));
             let Shared {
-                on_item, summary, ..
+                on_event, summary, ..
             } = &mut *sh;
-            on_item(r, summary);
+            on_event(RunEvent::Item(r, summary));
         }
         if let Some(max) = self.opts.max_failures {
             if sh.failures >= max && sh.summary.stopped.is_none() {
@@ -516,6 +560,8 @@ impl<F: FnMut(&ItemReport, &RunSummary)> Run<'_, F> {
                 ));
             }
             self.stop.store(true, Ordering::SeqCst);
+            // A worker waiting for room must see the stop, not wait for a settle.
+            self.settled.notify_waiters();
         }
         Ok(())
     }

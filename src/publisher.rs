@@ -17,6 +17,7 @@ pub use crate::broker::connect::{
     ConnectOptions, TlsFiles,
 };
 use crate::broker::reply::is_not_found;
+pub use crate::rate::Pacer;
 use crate::secret::{scrub, SecretUrl};
 use crate::topology::BrokerTopology;
 use futures_util::FutureExt;
@@ -151,30 +152,6 @@ pub struct Broker {
     /// Held from a batch's first publish to its last confirm; see [`Broker::taking_turns`].
     turns: Option<Arc<tokio::sync::Mutex<()>>>,
     connected_once: bool,
-}
-
-/// A publish rate shared by several connections.
-pub struct Pacer {
-    period: Duration,
-    interval: tokio::sync::Mutex<tokio::time::Interval>,
-}
-
-impl Pacer {
-    /// `rate` publishes per second; the caller has checked that it is positive and finite
-    /// with a period of at most a day.
-    pub fn per_second(rate: f64) -> Arc<Pacer> {
-        let period = Duration::from_secs_f64(1.0 / rate);
-        let mut i = tokio::time::interval(period);
-        i.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        Arc::new(Pacer {
-            period,
-            interval: tokio::sync::Mutex::new(i),
-        })
-    }
-
-    async fn wait(&self) {
-        self.interval.lock().await.tick().await;
-    }
 }
 
 /// This connection's turn to have a batch in the broker; others wait until it is dropped.
@@ -341,7 +318,7 @@ impl Broker {
     /// pace, all of them unpaced.
     pub fn chunk_len(&self, n: usize) -> usize {
         match &self.pacer {
-            Some(p) => ((1.0 / p.period.as_secs_f64()).ceil() as usize).clamp(1, n.max(1)),
+            Some(p) => (p.rate_now().ceil() as usize).clamp(1, n.max(1)),
             None => n.max(1),
         }
     }
@@ -352,7 +329,10 @@ impl Broker {
         let paced = self
             .pacer
             .as_ref()
-            .map(|p| p.period.saturating_mul(n.try_into().unwrap_or(u32::MAX)))
+            .map(|p| {
+                p.period_now()
+                    .saturating_mul(n.try_into().unwrap_or(u32::MAX))
+            })
             .unwrap_or_default();
         let sized = Duration::from_secs_f64(bytes as f64 / (8.0 * 1024.0 * 1024.0));
         paced.max(sized).max(Duration::from_secs(1))
@@ -646,10 +626,16 @@ impl Publisher {
         let _ = timeout(Duration::from_secs(2), self.conn.close(200, "bye".into())).await;
     }
 
-    /// Whether the queue `name` exists in this connection's vhost: a passive declare on a
-    /// channel of its own, since the broker closes the channel that asks for a missing
-    /// queue (reply code 404). `Err`: the broker did not say.
+    /// Whether the queue `name` exists in this connection's vhost. `Err`: the broker did
+    /// not say.
     pub async fn queue_exists(&self, name: &str) -> std::result::Result<bool, String> {
+        self.queue_ready(name).await.map(|n| n.is_some())
+    }
+
+    /// The ready count of the queue `name` (`None`: no such queue in this vhost): a
+    /// passive declare on a channel of its own, since the broker closes the channel that
+    /// asks for a missing queue (reply code 404). `Err`: the broker did not say.
+    pub async fn queue_ready(&self, name: &str) -> std::result::Result<Option<u32>, String> {
         let wait = self.opts.confirm_timeout;
         let q = ShortString::try_new(name.to_string())
             .map_err(|_| "a queue name is at most 255 bytes".to_string())?;
@@ -668,11 +654,11 @@ impl Publisher {
         )
         .await;
         match declared {
-            Ok(Ok(_)) => {
+            Ok(Ok(queue)) => {
                 let _ = timeout(wait, channel.close(200, "bye".into())).await;
-                Ok(true)
+                Ok(Some(queue.message_count()))
             }
-            Ok(Err(e)) if is_not_found(&e) => Ok(false),
+            Ok(Err(e)) if is_not_found(&e) => Ok(None),
             Ok(Err(e)) => Err(scrub(&e.to_string())),
             Err(_) => Err(format!("no answer from {} within {wait:?}", self.host)),
         }

@@ -1,5 +1,7 @@
 //! `dlq replay ID` and `dlq replay --plan FILE`: both go through [`dlq::replay::replay`].
 
+mod progress;
+
 use super::output::say;
 use super::output::Base64;
 use super::prompt::{confirm, require_consent, watch_signals_counted};
@@ -9,9 +11,10 @@ use super::{Ctx, Format};
 use clap::Args;
 use dlq::error::DlqError;
 use dlq::model::{validate_id, Outcome};
-use dlq::plan::{run_plan, Plan, RunOptions};
+use dlq::plan::{run_plan, Canary, DepthGate, Pacing, Plan, RunOptions, DEFAULT_CANARY_WAIT};
 use dlq::publisher::{replay_headers, PublisherOptions};
 use dlq::publisher::{Broker, Pacer};
+use dlq::rate::Rate;
 use dlq::replay::{
     replay, resolve_target, Item, Notice, Notices, ReplayOptions, Step, LEASE_MARGIN,
 };
@@ -71,6 +74,21 @@ pub struct ReplayArgs {
     /// With --plan: at most this many publishes per second (20/s, 300/m)
     #[arg(long, value_parser = parse_rate, requires = "plan")]
     pub rate: Option<f64>,
+    /// With --plan: a rate that rises linearly from FROM to TO over DURATION (default 5m),
+    /// such as 5/s..200/s:10m; with --canary it starts once the canary has passed
+    #[arg(long, value_parser = parse_ramp, requires = "plan", conflicts_with = "rate", value_name = "FROM..TO[:DURATION]")]
+    pub ramp: Option<Rate>,
+    /// With --plan: replay this many items first, then wait (--canary-wait) watching for
+    /// any of them to come back as a new dead letter; one that does stops the run
+    #[arg(long, value_name = "N", requires = "plan", value_parser = clap::value_parser!(u64).range(1..))]
+    pub canary: Option<u64>,
+    /// With --canary: how long to watch its items before going on [default: 2m]
+    #[arg(long, requires = "canary", value_parser = dlq::timeparse::duration_arg)]
+    pub canary_wait: Option<Duration>,
+    /// With --plan: before each batch, wait while the target queue holds more than N
+    /// ready messages (the target must be one queue, not a named exchange)
+    #[arg(long, value_name = "N", requires = "plan")]
+    pub max_target_depth: Option<u64>,
     /// With --plan: stop after this many publish_failed or uncertain items
     #[arg(long, requires = "plan", value_parser = clap::value_parser!(u64).range(1..))]
     pub max_failures: Option<u64>,
@@ -78,7 +96,8 @@ pub struct ReplayArgs {
     #[arg(long, default_value_t = 1000, requires = "plan", value_parser = clap::value_parser!(u64).range(1..=5000))]
     pub batch_size: u64,
     /// With --plan and no --rate: batches worked on at once, each on its own connection
-    /// (one is being published while the others are claimed or marked)
+    /// (one is being published while the others are claimed or marked); with --ramp they
+    /// share its rate
     #[arg(long, default_value_t = 2, requires = "plan", value_parser = clap::value_parser!(u64).range(1..=8))]
     pub workers: u64,
 }
@@ -110,21 +129,48 @@ fn parse_rate(s: &str) -> std::result::Result<f64, String> {
     Ok(rate)
 }
 
+/// `--ramp FROM..TO[:DURATION]`: two rates as `--rate` takes them, the first no higher
+/// than the second (a ramp rises), and a positive duration (default 5m).
+fn parse_ramp(s: &str) -> std::result::Result<Rate, String> {
+    let form = "expected FROM..TO[:DURATION], such as 5/s..200/s:5m";
+    let (from, rest) = s
+        .split_once("..")
+        .ok_or_else(|| format!("invalid ramp {s:?}: {form}"))?;
+    let (to, over) = match rest.split_once(':') {
+        Some((to, d)) => (
+            to,
+            dlq::timeparse::parse_duration(d).map_err(|e| format!("invalid ramp {s:?}: {e}"))?,
+        ),
+        None => (rest, DEFAULT_RAMP),
+    };
+    let from = parse_rate(from).map_err(|e| format!("invalid ramp {s:?}: {e}"))?;
+    let to = parse_rate(to).map_err(|e| format!("invalid ramp {s:?}: {e}"))?;
+    if from > to {
+        return Err(format!(
+            "invalid ramp {s:?}: a ramp rises, so FROM must not be above TO"
+        ));
+    }
+    Ok(Rate::Ramp { from, to, over })
+}
+
+/// The contract's default ramp time.
+const DEFAULT_RAMP: Duration = Duration::from_secs(300);
+
 /// `--rate` bounds: slower than one a minute would outlast any lease; faster than a
 /// million a second is not a rate but a typo.
 const MIN_RATE: f64 = 1.0 / 60.0;
 const MAX_RATE: f64 = 1_000_000.0;
 
 pub async fn run(ctx: &Ctx, args: ReplayArgs) -> Result<u8> {
+    plan_only(&args)?;
     // Before each publish the attempt step checks that the lease outlives the confirm
     // wait, one pacing period (at least a second) of sending, and a margin.
-    let period = args
-        .rate
-        .map(|r| Duration::from_secs_f64(1.0 / r))
+    let period = rate_of(&args)
+        .map(|r| Duration::from_secs_f64(1.0 / r.slowest()))
         .unwrap_or_default()
         .max(Duration::from_secs(1));
     let mut needed = ctx.global.connect_timeout + args.confirm_timeout + period + LEASE_MARGIN;
-    if args.plan.is_some() && args.rate.is_none() && args.workers > 1 {
+    if args.plan.is_some() && workers_of(&args) > 1 {
         // Workers take turns: one may wait for another's sending and confirm wait.
         needed += args.confirm_timeout + period;
     }
@@ -170,6 +216,39 @@ pub async fn run(ctx: &Ctx, args: ReplayArgs) -> Result<u8> {
         (Some(id), _) => single(ctx, &args, id, opts, amqp, publisher_opts).await,
         (None, Some(path)) => group(ctx, &args, path, opts, amqp, publisher_opts).await,
         (None, None) => Err(DlqError::usage("give a dead-letter ID or --plan FILE").into()),
+    }
+}
+
+/// Refuses a plan-run option without `--plan`: clap's `requires` let `replay ID --rate
+/// 5/s` through, and a single replay would have ignored it.
+fn plan_only(args: &ReplayArgs) -> std::result::Result<(), DlqError> {
+    let given = [
+        ("--rate", args.rate.is_some()),
+        ("--ramp", args.ramp.is_some()),
+        ("--canary", args.canary.is_some()),
+        ("--canary-wait", args.canary_wait.is_some()),
+        ("--max-target-depth", args.max_target_depth.is_some()),
+        ("--max-failures", args.max_failures.is_some()),
+    ];
+    match given.iter().find(|(_, set)| *set) {
+        Some((name, _)) if args.plan.is_none() => Err(DlqError::usage(format!(
+            "{name} is for a plan run: give --plan FILE (a single `replay ID` publishes one message)"
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// `--rate` or `--ramp` (they conflict).
+fn rate_of(args: &ReplayArgs) -> Option<Rate> {
+    args.ramp.or(args.rate.map(Rate::Fixed))
+}
+
+/// A fixed rate is kept by one connection; otherwise SQL and publishing overlap (a ramp
+/// is shared by the connections).
+fn workers_of(args: &ReplayArgs) -> usize {
+    match args.rate {
+        Some(_) => 1,
+        None => args.workers as usize,
     }
 }
 
@@ -290,15 +369,17 @@ async fn group(
 ) -> Result<u8> {
     let plan = Plan::read(path)?;
     opts.plan_id = Some(plan.plan_id.clone());
-    // A rate cap is kept by one connection; otherwise overlap SQL and publishing.
-    let workers = if args.rate.is_some() {
-        1
-    } else {
-        args.workers as usize
-    };
+    let workers = workers_of(args);
     let store = ctx.store_for_run(workers as u32 + 1).await?;
     store.check_schema().await?;
     plan.check_database(store.as_ref()).await?;
+    let depth = match args.max_target_depth {
+        Some(max) => Some(DepthGate {
+            queue: dlq::plan::depth_target(store.as_ref(), &plan.ids(), &opts).await?,
+            max,
+        }),
+        None => None,
+    };
     if require_consent(ctx, args.yes, "replay")? {
         say(&format!(
             "{}",
@@ -323,57 +404,59 @@ async fn group(
         Some(r) => (args.batch_size as usize).min(r.ceil() as usize).max(1),
         None => args.batch_size as usize,
     };
+    let pacing = Pacing {
+        pacer: rate_of(args).map(Pacer::new),
+        canary: args.canary.map(|n| Canary {
+            items: n as usize,
+            wait: args.canary_wait.unwrap_or(DEFAULT_CANARY_WAIT),
+        }),
+        depth,
+    };
     let run_opts = RunOptions {
         replay: opts,
         batch_size: batch,
         max_failures: args.max_failures.map(|m| m as usize),
         workers,
+        pacing,
     };
-    let pacer = args.rate.map(Pacer::per_second);
-    let make_broker = || Broker::new(amqp.clone(), publisher_opts.clone(), pacer.clone());
-    let progress = (ctx.format != Format::Json
-        && std::io::IsTerminal::is_terminal(&std::io::stderr()))
-    .then(|| progress_bar(plan.items.len() as u64));
-    let mut counts: std::collections::BTreeMap<Outcome, usize> = Default::default();
+    let make_broker = || {
+        let pacer = run_opts.pacing.pacer.clone();
+        Broker::new(amqp.clone(), publisher_opts.clone(), pacer)
+    };
+    run_group(ctx, store, &plan, &run_opts, make_broker, &interrupted).await
+}
+
+/// Runs the plan, showing its progress, then its summary; returns the exit code.
+async fn run_group(
+    ctx: &Ctx,
+    store: Box<dyn dlq::store::Store>,
+    plan: &Plan,
+    run_opts: &RunOptions,
+    make_broker: impl Fn() -> Broker,
+    interrupted: &std::sync::atomic::AtomicBool,
+) -> Result<u8> {
+    let bar = ctx.format != Format::Json && std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let pacer = run_opts.pacing.pacer.clone();
+    let mut progress = progress::Progress::new(ctx, bar, plan.items.len() as u64, pacer);
     let result = run_plan(
         store.as_ref(),
         make_broker,
-        &plan,
-        &run_opts,
-        &interrupted,
-        |r, summary| match &progress {
-            Some(pb) => {
-                *counts.entry(r.outcome).or_default() += 1;
-                let mut per_outcome: Vec<String> =
-                    counts.iter().map(|(o, n)| format!("{o} {n}")).collect();
-                if summary.node_switches > 0 {
-                    per_outcome.push(format!("node switches {}", summary.node_switches));
-                }
-                pb.set_message(per_outcome.join(", "));
-                pb.inc(1);
-                if r.outcome != Outcome::Replayed {
-                    pb.println(dlq::sanitize::line(&format!(
-                        "{}: {} ({})",
-                        r.id, r.outcome, r.detail
-                    )));
-                }
-            }
-            None => ctx.out.json_line(r),
-        },
+        plan,
+        run_opts,
+        interrupted,
+        |e| progress.on_event(e),
     )
     .await;
     store.close().await;
     let summary = result?;
-    if let Some(pb) = &progress {
-        pb.finish_and_clear();
-    }
+    progress.finish();
     let counts: Vec<String> = summary
         .counts
         .iter()
         .map(|(k, v)| format!("{k}={v}"))
         .collect();
-    match &progress {
-        Some(_) => ctx.out.text(&format!(
+    match progress.is_bar() {
+        true => ctx.out.text(&format!(
             "plan {}: {} of {} done ({}){}\n",
             summary.plan_id,
             summary.done,
@@ -385,7 +468,7 @@ async fn group(
                 .map(|d| format!("; {d}"))
                 .unwrap_or_default()
         )),
-        None => ctx
+        false => ctx
             .out
             .json_line(&serde_json::json!({ "summary": summary })),
     }
@@ -441,13 +524,4 @@ fn notices(settle: Duration) -> Notices {
         };
         say(&text);
     })
-}
-
-fn progress_bar(len: u64) -> indicatif::ProgressBar {
-    let pb = indicatif::ProgressBar::new(len);
-    pb.set_style(
-        indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} {per_sec} eta {eta} {msg}")
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
-    );
-    pb
 }

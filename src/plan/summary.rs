@@ -27,6 +27,8 @@ pub enum Unavailable {
     /// A publish did not complete and the link is still up: stopping so that nothing
     /// queued here goes out later.
     PublishStalled,
+    /// The ready count of the target queue (`--max-target-depth`) could not be read.
+    TargetQueue,
 }
 
 #[derive(Debug, Clone, Serialize)]

@@ -1,0 +1,139 @@
+//! What `dlq replay --plan` shows as it goes: on a terminal a progress bar (counts per
+//! outcome, the current rate, what the run waits for); otherwise one JSON line per item on
+//! stdout and, on stderr, one line when a wait (canary, target depth) starts and ends.
+
+use super::super::Ctx;
+use dlq::model::Outcome;
+use dlq::plan::RunEvent;
+use dlq::publisher::Pacer;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// How a run's events are shown.
+pub struct Progress<'a> {
+    ctx: &'a Ctx,
+    bar: Option<indicatif::ProgressBar>,
+    pacer: Option<Arc<Pacer>>,
+    counts: BTreeMap<Outcome, usize>,
+    switches: usize,
+    /// What the run waits for now, if anything.
+    waiting: Option<String>,
+}
+
+impl<'a> Progress<'a> {
+    /// A bar when `bar` (a terminal), else lines.
+    pub fn new(ctx: &'a Ctx, bar: bool, len: u64, pacer: Option<Arc<Pacer>>) -> Self {
+        Progress {
+            ctx,
+            bar: bar.then(|| progress_bar(len)),
+            pacer,
+            counts: BTreeMap::new(),
+            switches: 0,
+            waiting: None,
+        }
+    }
+
+    pub fn is_bar(&self) -> bool {
+        self.bar.is_some()
+    }
+
+    pub fn finish(&self) {
+        if let Some(pb) = &self.bar {
+            pb.finish_and_clear();
+        }
+    }
+
+    pub fn on_event(&mut self, e: RunEvent<'_>) {
+        match e {
+            RunEvent::Item(r, summary) => {
+                let Some(pb) = &self.bar else {
+                    return self.ctx.out.json_line(r);
+                };
+                *self.counts.entry(r.outcome).or_default() += 1;
+                self.switches = summary.node_switches;
+                pb.inc(1);
+                if r.outcome != Outcome::Replayed {
+                    pb.println(dlq::sanitize::line(&format!(
+                        "{}: {} ({})",
+                        r.id, r.outcome, r.detail
+                    )));
+                }
+            }
+            RunEvent::CanaryWait { sent, wait } => {
+                let wait = humantime::format_duration(wait);
+                self.wait(
+                    format!("canary: {sent} sent, watching {wait} for any to come back"),
+                    format!("canary: {sent} sent; watching {wait} for any of them to come back as a new dead letter before going on"),
+                );
+            }
+            RunEvent::CanaryPassed => {
+                let ramp = match self.pacer {
+                    Some(_) => "; the ramp starts",
+                    None => "",
+                };
+                self.go_on(format!(
+                    "canary passed: none of its items came back; going on{ramp}"
+                ));
+            }
+            RunEvent::DepthWait { queue, ready, max } => {
+                let said = self.waiting.is_some();
+                let bar = format!("waiting: queue {queue} holds {ready} ready (max {max})");
+                let line = format!("waiting: target queue {queue} holds {ready} ready messages, more than --max-target-depth {max}");
+                match said && self.bar.is_none() {
+                    true => self.waiting = Some(bar),
+                    false => self.wait(bar, line),
+                }
+            }
+            RunEvent::DepthBelow { queue, ready } => self.go_on(format!(
+                "target queue {queue} is down to {ready} ready messages; going on"
+            )),
+        }
+        self.refresh();
+    }
+
+    /// A wait starts: `bar` in the bar, or `line` on stderr.
+    fn wait(&mut self, bar: String, line: String) {
+        if self.bar.is_none() {
+            say(&line);
+        }
+        self.waiting = Some(bar);
+    }
+
+    /// A wait ends, said on stderr without a bar.
+    fn go_on(&mut self, line: String) {
+        if self.bar.is_none() {
+            say(&line);
+        }
+        self.waiting = None;
+    }
+
+    fn refresh(&self) {
+        let Some(pb) = &self.bar else { return };
+        let mut parts: Vec<String> = self
+            .counts
+            .iter()
+            .map(|(o, n)| format!("{o} {n}"))
+            .collect();
+        if self.switches > 0 {
+            parts.push(format!("node switches {}", self.switches));
+        }
+        if let Some(p) = &self.pacer {
+            parts.push(format!("rate {:.1}/s", p.rate_now()));
+        }
+        parts.extend(self.waiting.clone());
+        pb.set_message(dlq::sanitize::line(&parts.join(", ")).into_owned());
+    }
+}
+
+fn say(line: &str) {
+    crate::cli::output::say(&format!("dlq: {line}"));
+}
+
+fn progress_bar(len: u64) -> indicatif::ProgressBar {
+    let pb = indicatif::ProgressBar::new(len);
+    pb.set_style(
+        indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} {per_sec} eta {eta} {msg}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    pb
+}
