@@ -14,6 +14,7 @@ pub mod model;
 pub mod plan;
 pub mod publisher;
 pub mod replay;
+pub mod revise;
 pub mod sanitize;
 pub mod secret;
 pub mod store;
