@@ -519,6 +519,7 @@ fn parse_object(line: usize, mut fields: Fields) -> Result<NewDeadLetter> {
         replay_attempt_at: opt_time(line, obj, "replay_attempt_at")?,
         discarded_at: opt_time(line, obj, "discarded_at")?,
         discard_note: opt_str(line, obj, "discard_note")?,
+        revision_of: opt_str(line, obj, "revision_of")?,
         history: history_of(line, obj)?,
         unreadable: BTreeMap::new(),
     })
@@ -547,6 +548,7 @@ struct ExportLine<'a> {
     replay_attempt_at: Option<DateTime<Utc>>,
     discarded_at: Option<DateTime<Utc>>,
     discard_note: Option<&'a str>,
+    revision_of: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     headers: Option<Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -585,6 +587,7 @@ pub fn export_line(r: &NewDeadLetter) -> String {
         replay_attempt_at: r.replay_attempt_at,
         discarded_at: r.discarded_at,
         discard_note: r.discard_note.as_deref(),
+        revision_of: r.revision_of.as_deref(),
         headers_json: headers.is_none().then_some(r.headers_json.as_str()),
         headers,
         body_base64: base64::engine::general_purpose::STANDARD.encode(&r.body),

@@ -15,6 +15,7 @@ pub mod plan;
 pub mod publisher;
 pub mod rate;
 pub mod replay;
+pub mod revise;
 pub mod sanitize;
 pub mod secret;
 pub mod store;

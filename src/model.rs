@@ -101,6 +101,9 @@ pub struct Filter {
     /// `--field PATH=VALUE` on a JSON object body (all must match).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub fields: Vec<ContentMatch>,
+    /// `--revisions`: only revisions made by `dlq edit`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub revisions: bool,
 }
 
 /// A `--header KEY=VALUE` or `--field PATH=VALUE` condition. The value at the key (or
@@ -207,6 +210,9 @@ pub struct Summary {
     pub replay_attempt_at: Option<DateTime<Utc>>,
     pub discarded_at: Option<DateTime<Utc>>,
     pub discard_note: Option<String>,
+    /// Of a revision (`dlq edit`): the ID of the dead letter it revises.
+    #[serde(default)]
+    pub revision_of: Option<String>,
     pub state: State,
     /// The claim was taken by dlq v1 and carried over by `dlq migrate` (its token was
     /// replaced by one nobody holds): no run can still settle it.
@@ -524,6 +530,14 @@ pub enum Outcome {
     NotRestored,
     /// `note`: a history entry added.
     Noted,
+    /// `edit`: a revision was made and the original set aside.
+    Edited,
+    /// `edit`: the change changes nothing; no revision.
+    Unchanged,
+    /// `edit --dry-run`: what an edit would do.
+    WouldEdit,
+    /// `edit`: the row is not pending, drifted from its plan, or the change fails on it.
+    NotEdited,
 }
 
 impl Outcome {
@@ -547,6 +561,10 @@ impl Outcome {
             Outcome::Restored => "restored",
             Outcome::NotRestored => "not_restored",
             Outcome::Noted => "noted",
+            Outcome::Edited => "edited",
+            Outcome::Unchanged => "unchanged",
+            Outcome::WouldEdit => "would_edit",
+            Outcome::NotEdited => "not_edited",
         }
     }
 
@@ -559,13 +577,17 @@ impl Outcome {
             | Outcome::Attempted
             | Outcome::Discarded
             | Outcome::Restored
-            | Outcome::Noted => exit::OK,
+            | Outcome::Noted
+            | Outcome::Edited
+            | Outcome::Unchanged
+            | Outcome::WouldEdit => exit::OK,
             Outcome::NotReplayed
             | Outcome::NotClaimed
             | Outcome::NotReleased
             | Outcome::NotResolved
             | Outcome::NotDiscarded
-            | Outcome::NotRestored => exit::NOT_DONE,
+            | Outcome::NotRestored
+            | Outcome::NotEdited => exit::NOT_DONE,
             Outcome::NotFound => exit::NOT_FOUND,
             Outcome::PublishFailed => exit::PUBLISH_FAILED,
             Outcome::Uncertain => exit::UNCERTAIN,
@@ -584,13 +606,17 @@ impl Outcome {
             | Outcome::Attempted
             | Outcome::Discarded
             | Outcome::Restored
-            | Outcome::Noted => 0,
+            | Outcome::Noted
+            | Outcome::Edited
+            | Outcome::Unchanged
+            | Outcome::WouldEdit => 0,
             Outcome::NotReplayed
             | Outcome::NotClaimed
             | Outcome::NotReleased
             | Outcome::NotResolved
             | Outcome::NotDiscarded
-            | Outcome::NotRestored => 1,
+            | Outcome::NotRestored
+            | Outcome::NotEdited => 1,
             Outcome::NotFound => 2,
             Outcome::PublishFailed => 3,
             Outcome::Interrupted => 4,
@@ -600,7 +626,7 @@ impl Outcome {
 }
 
 impl Outcome {
-    pub const ALL: [Outcome; 18] = [
+    pub const ALL: [Outcome; 22] = [
         Outcome::Replayed,
         Outcome::Claimed,
         Outcome::Released,
@@ -619,6 +645,10 @@ impl Outcome {
         Outcome::Restored,
         Outcome::NotRestored,
         Outcome::Noted,
+        Outcome::Edited,
+        Outcome::Unchanged,
+        Outcome::WouldEdit,
+        Outcome::NotEdited,
     ];
 
     pub fn parse(s: &str) -> Option<Outcome> {

@@ -4,7 +4,7 @@ mod common;
 use common::*;
 use serde_json::json;
 
-const LIST_KEYS: [&str; 19] = [
+const LIST_KEYS: [&str; 20] = [
     "id",
     "reason",
     "attempts",
@@ -23,6 +23,8 @@ const LIST_KEYS: [&str; 19] = [
     "replay_attempt_at",
     "discarded_at",
     "discard_note",
+    // Contract v3: the column of a revision (`dlq edit`).
+    "revision_of",
     "state",
 ];
 

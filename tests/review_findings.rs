@@ -303,6 +303,9 @@ mod lost_reply {
         async fn history(&self, id: &str) -> Result<Vec<HistoryEntry>> {
             self.inner.history(id).await
         }
+        async fn revised_as(&self, id: &str) -> Result<Vec<String>> {
+            self.inner.revised_as(id).await
+        }
         async fn plan_candidates(&self, f: &Filter, limit: i64) -> Result<Vec<PlanCandidate>> {
             self.inner.plan_candidates(f, limit).await
         }
@@ -350,6 +353,13 @@ mod lost_reply {
     impl AlertReads for LoseFirstMarkReply {
         async fn gauges(&self, f: &Filter) -> Result<dlq::store::alerting::Gauges> {
             self.inner.gauges(f).await
+        }
+    }
+
+    #[async_trait]
+    impl dlq::store::Revise for LoseFirstMarkReply {
+        async fn revise(&self, r: &dlq::store::NewRevision) -> Result<dlq::store::RevisionWrite> {
+            self.inner.revise(r).await
         }
     }
 

@@ -13,7 +13,7 @@ use std::time::Duration;
     version,
     about = "Dead-letter triage and safe replay",
     long_about = "Dead-letter triage and safe replay.\n\nIsolate what is failing (list, aggregate, show), then replay one reviewed dead letter or a reviewed plan through claim -> publish with confirm -> mark.",
-    after_help = "Exit codes: 0 done, 1 error, 2 usage, 3 not_replayed/not_claimed/not_released/not_resolved/not_discarded/not_restored, 4 not_found, 5 publish_failed, 6 uncertain, 7 breached (check), 130 interrupted."
+    after_help = "Exit codes: 0 done, 1 error, 2 usage, 3 not_replayed/not_claimed/not_released/not_resolved/not_discarded/not_restored/not_edited, 4 not_found, 5 publish_failed, 6 uncertain, 7 breached (check), 130 interrupted."
 )]
 pub struct Cli {
     #[command(flatten)]
@@ -152,6 +152,10 @@ pub enum Command {
     Restore(restore::RestoreArgs),
     /// Add a note to a dead letter's history
     Note(note::NoteArgs),
+    /// Fix a dead letter's content as a revision (the original is set aside)
+    Edit(edit::EditArgs),
+    /// Compare two dead letters: body (JSON-aware) and headers
+    Diff(diff::DiffArgs),
     /// Delete dead letters replayed or discarded long ago, with their history
     Prune(prune::PruneArgs),
     /// Print the store's state in the Prometheus text format, or serve it (--listen)

@@ -47,6 +47,9 @@ pub struct FilterArgs {
     /// Only JSON bodies with this value at a dotted path, as text: customer.id=c-17 (repeatable)
     #[arg(long = "field", value_name = "PATH=VALUE")]
     pub fields: Vec<String>,
+    /// Only revisions made by `dlq edit`
+    #[arg(long)]
+    pub revisions: bool,
 }
 
 /// What `--state` takes; clap lists them in `--help` and shell completion offers them.
@@ -84,6 +87,7 @@ impl FilterArgs {
         .all(|v| v.is_none())
             && self.headers.is_empty()
             && self.fields.is_empty()
+            && !self.revisions
     }
 
     /// Whether a relative time (`2h`) needs the database clock to resolve.
@@ -166,6 +170,7 @@ impl FilterArgs {
             since,
             until,
             states: State::parse_list(&self.states())?,
+            revisions: self.revisions,
         })
     }
 }

@@ -11,7 +11,9 @@ mod check;
 mod claim;
 mod completions;
 mod context;
+mod diff;
 mod discard;
+mod edit;
 mod export;
 mod filters;
 mod import;
@@ -157,6 +159,8 @@ async fn run(ctx: &Ctx, command: Command) -> Result<u8> {
         Command::Discard(a) => discard::run(ctx, a).await,
         Command::Restore(a) => restore::run(ctx, a).await,
         Command::Note(a) => note::run(ctx, a).await,
+        Command::Edit(a) => edit::run(ctx, a).await,
+        Command::Diff(a) => diff::run(ctx, a).await,
         Command::Prune(a) => prune::run(ctx, a).await,
         Command::Metrics(a) => metrics::run(ctx, a).await,
         Command::Check(a) => check::run(ctx, a).await,

@@ -224,6 +224,32 @@ impl Out {
         self.write(&sanitize::block(text));
     }
 
+    /// A unified diff view (`dlq diff`, `edit --dry-run`): each line's text escaped as
+    /// any untrusted text, coloured as `git diff` colours it on a terminal (not with
+    /// `NO_COLOR`, nor in Markdown).
+    pub fn diff(&self, lines: &[dlq::revise::diff::Line]) {
+        use dlq::revise::diff::Line;
+        let colour = self.format == Format::Table
+            && std::io::IsTerminal::is_terminal(&std::io::stdout())
+            && std::env::var_os("NO_COLOR").is_none();
+        let mut out = String::new();
+        for l in lines {
+            let (code, mark, text) = match l {
+                Line::Header(t) if t.starts_with("@@") => ("36", "", t),
+                Line::Header(t) => ("1", "", t),
+                Line::Context(t) => ("", " ", t),
+                Line::Removed(t) => ("31", "-", t),
+                Line::Added(t) => ("32", "+", t),
+            };
+            let text = sanitize::line(&format!("{mark}{text}")).into_owned();
+            match colour && !code.is_empty() {
+                true => out.push_str(&format!("\x1b[{code}m{text}\x1b[0m\n")),
+                false => out.push_str(&format!("{text}\n")),
+            }
+        }
+        self.write(&out);
+    }
+
     /// Text `dlq` generated itself (completion scripts, the man page), written as is.
     pub fn generated(&self, text: &str) {
         self.write(text);

@@ -29,6 +29,8 @@ struct ShowJson<'a> {
     settling_until: Option<chrono::DateTime<chrono::Utc>>,
     /// Of an uncertain row: who may still settle it (`running`, `v1_claim`, `ended`).
     settling: Option<&'static str>,
+    /// Of a revised original: the revision that carries its event now.
+    revised_as: Option<&'a str>,
     history: &'a [HistoryEntry],
 }
 
@@ -55,6 +57,8 @@ pub async fn run(ctx: &Ctx, args: ShowArgs) -> Result<u8> {
         return Ok(emit(ctx, &r));
     };
     let history = store.history(&args.id).await?;
+    let revised_as = store.revised_as(&args.id).await?;
+    let revised_as = revised_as.first().map(String::as_str);
     let settling = row.summary.settling(row.db_now);
     store.close().await;
     match ctx.format {
@@ -67,16 +71,23 @@ pub async fn run(ctx: &Ctx, args: ShowArgs) -> Result<u8> {
             body_bytes: row.body.len(),
             settling_until: settling.and_then(Settling::until),
             settling: settling.map(settling_name),
+            revised_as,
             history: &history,
         }),
-        Format::Table => ctx.out.text(&render(&row, settling, &history)),
-        Format::Markdown => ctx.out.text(&render_markdown(&row, settling, &history)),
+        Format::Table => ctx.out.text(&render(&row, settling, revised_as, &history)),
+        Format::Markdown => ctx
+            .out
+            .text(&render_markdown(&row, settling, revised_as, &history)),
     }
     Ok(dlq::exit::OK)
 }
 
 /// Every column of the row, labelled, in the order `show` prints them.
-fn fields(row: &DeadLetter, settling: Option<Settling>) -> Vec<(&'static str, String)> {
+fn fields(
+    row: &DeadLetter,
+    settling: Option<Settling>,
+    revised_as: Option<&str>,
+) -> Vec<(&'static str, String)> {
     let s = &row.summary;
     let mut out = Vec::new();
     let mut kv = |k: &'static str, v: String| out.push((k, v));
@@ -162,6 +173,18 @@ fn fields(row: &DeadLetter, settling: Option<Settling>) -> Vec<(&'static str, St
             format!("{} ({})", time(at), s.discard_note.as_deref().unwrap_or("")),
         );
     }
+    if let Some(of) = &s.revision_of {
+        kv(
+            "revision of:",
+            format!("{of} (`dlq diff {of} {}` shows the change)", s.id),
+        );
+    }
+    if let Some(rev) = revised_as {
+        kv(
+            "revised as:",
+            format!("{rev} (replay that one; this one is set aside)"),
+        );
+    }
     kv(
         "last replay err:",
         s.last_replay_error.clone().unwrap_or_else(|| "-".into()),
@@ -171,11 +194,16 @@ fn fields(row: &DeadLetter, settling: Option<Settling>) -> Vec<(&'static str, St
     out
 }
 
-fn render(row: &DeadLetter, settling: Option<Settling>, history: &[HistoryEntry]) -> String {
+fn render(
+    row: &DeadLetter,
+    settling: Option<Settling>,
+    revised_as: Option<&str>,
+    history: &[HistoryEntry],
+) -> String {
     let mut out = String::new();
     // Values are untrusted: each stays on its line, escaped (the body and headers below
     // keep their newlines; `Out::text` escapes the rest).
-    for (k, v) in fields(row, settling) {
+    for (k, v) in fields(row, settling, revised_as) {
         out.push_str(&format!("{k:<17} {}\n", line(&v)));
     }
 
@@ -209,6 +237,7 @@ fn render(row: &DeadLetter, settling: Option<Settling>, history: &[HistoryEntry]
 fn render_markdown(
     row: &DeadLetter,
     settling: Option<Settling>,
+    revised_as: Option<&str>,
     history: &[HistoryEntry],
 ) -> String {
     let cell = |v: &str| markdown_cell(v);
@@ -216,7 +245,7 @@ fn render_markdown(
         "### Dead letter {}\n\n| field | value |\n|---|---|\n",
         cell(&row.summary.id)
     );
-    for (k, v) in fields(row, settling) {
+    for (k, v) in fields(row, settling, revised_as) {
         out.push_str(&format!("| {} | {} |\n", k.trim_end_matches(':'), cell(&v)));
     }
     let headers = serde_json::to_string_pretty(&row.headers()).unwrap_or_default();

@@ -13,6 +13,7 @@ mod identity;
 pub mod postgres;
 pub mod protocol;
 pub mod read;
+pub mod revise;
 pub mod sqlite;
 pub mod sqlite_open;
 pub mod sqlite_read;
@@ -21,6 +22,7 @@ pub mod sqlite_time;
 pub use alerting::AlertReads;
 pub use protocol::{LeaseAfter, Resolution};
 pub use read::{Backend, Dialect, Reads};
+pub use revise::{NewRevision, Revise, RevisionWrite};
 
 use crate::error::{DlqError, Result};
 use crate::model::{DeadLetter, Filter, HistoryEntry, NewHistory, State, Summary};
@@ -54,6 +56,8 @@ pub struct NewDeadLetter {
     pub replay_attempt_at: Option<DateTime<Utc>>,
     pub discarded_at: Option<DateTime<Utc>>,
     pub discard_note: Option<String>,
+    /// Of a revision: the ID of the dead letter it revises (`dlq edit`).
+    pub revision_of: Option<String>,
     /// The row's history, oldest first, as exported (restored by `import`); `None`: the
     /// input carried none.
     pub history: Option<Vec<HistoryEntry>>,
@@ -162,7 +166,7 @@ impl Default for StoreOptions {
 /// The writes of a store: each backend's own SQL. The reads ([`Reads`]) are one
 /// implementation for both.
 #[async_trait]
-pub trait Store: Reads + AlertReads {
+pub trait Store: Reads + AlertReads + Revise {
     /// Applies the embedded migrations; returns the descriptions of those applied now.
     async fn migrate(&self) -> Result<Vec<String>>;
     /// All rows or none, in one transaction.
@@ -267,6 +271,12 @@ pub trait Store: Reads + AlertReads {
         after: Option<&str>,
         window: i64,
     ) -> Result<(Option<String>, u64)>;
+}
+
+/// (producer, schema_version, event_id) as a row with these headers and body and no such
+/// columns derives them (the header, else the top-level body field).
+pub fn derived_identity(headers_json: &str, body: &[u8]) -> [Option<String>; 3] {
+    identity::identity_hint([None, None, None], headers_json, body)
 }
 
 /// A history entry as both stores' export queries render it (JSON, times in µs).
@@ -487,6 +497,11 @@ pub fn is_v1_token(token: &str) -> bool {
         .rsplit_once(':')
         .is_some_and(|(_, last)| last.starts_with("v1-"))
 }
+
+/// A row no revision was made of: `restore` never makes a revised original pending again
+/// (its revision carries the event; both could then be replayed).
+pub(crate) const NOT_REVISED: &str = "NOT EXISTS (SELECT 1 FROM dead_letters r \
+     WHERE r.revision_of = dead_letters.id)";
 
 /// Transient database errors: worth retrying a protocol write that must not be lost.
 pub fn is_transient(e: &DlqError) -> bool {

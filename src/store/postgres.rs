@@ -122,6 +122,7 @@ impl Dialect for Postgres {
     // timestamptz holds only times.
     const UNREADABLE: &'static str = "NULL::text";
     const ID_STORAGE: &'static str = "CAST(0 AS BIGINT)";
+    const BEGIN_WRITE: &'static str = "BEGIN";
 
     fn at(col: TimeCol) -> &'static str {
         col.name()
@@ -134,6 +135,7 @@ impl Dialect for Postgres {
             Bind::Int(v) => qb.push_bind(v),
             Bind::Bytes(v) => qb.push_bind(v),
             Bind::Time(v) => qb.push_bind(v),
+            Bind::OptTime(v) => qb.push_bind(v),
         };
     }
 
@@ -141,6 +143,11 @@ impl Dialect for Postgres {
         qb.push("id = ANY(");
         qb.push_bind(ids.to_vec());
         qb.push(")");
+    }
+
+    fn push_exact_id(qb: &mut QueryBuilder<'static, Self>, id: &str) {
+        qb.push("id = ");
+        qb.push_bind(id.to_string());
     }
 
     fn bucket(unit: &str) -> String {
@@ -317,9 +324,9 @@ impl Store for PgStore {
                 "INSERT INTO dead_letters (id, body, reason, attempts, headers_json, replayed_at, \
                  replay_claim_owner, replay_claim_expires_at, last_replay_error, event_id, error, \
                  producer, schema_version, source_queue, exchange, routing_key, dead_lettered_at, \
-                 replay_attempt_at, discarded_at, discard_note) \
+                 replay_attempt_at, discarded_at, discard_note, revision_of) \
                  VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,COALESCE($17, now()),\
-                 $18,$19,$20){}",
+                 $18,$19,$20,$21){}",
                 if skip_existing { " ON CONFLICT (id) DO NOTHING" } else { "" }
             );
             let attempts = i32::try_from(r.attempts).map_err(|_| {
@@ -350,6 +357,7 @@ impl Store for PgStore {
                 .bind(r.replay_attempt_at)
                 .bind(r.discarded_at)
                 .bind(&r.discard_note)
+                .bind(&r.revision_of)
                 .execute(&mut *tx)
                 .await;
             match res {

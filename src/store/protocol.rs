@@ -8,7 +8,7 @@
 //! clock, however far apart the hosts of two operators are.
 
 use super::read::{claimed_columns, Bind, Dialect};
-use super::{state_predicate_at, unsettleable};
+use super::{state_predicate_at, unsettleable, NOT_REVISED};
 use crate::model::State;
 use sqlx::QueryBuilder;
 use std::time::Duration;
@@ -193,11 +193,14 @@ pub(crate) fn discard<D: WriteDialect>(ids: &[String], note: &str) -> Update<D> 
     qb
 }
 
-/// Discarded rows pending again.
+/// Discarded rows pending again, unless a revision was made of them (its revision
+/// carries the event: both could then be replayed).
 pub(crate) fn restore<D: WriteDialect>(ids: &[String]) -> Update<D> {
     let mut qb = update::<D>("discarded_at = NULL, discard_note = NULL");
     push_where(&mut qb, ids);
     push_state(&mut qb, State::Discarded);
+    qb.push(" AND ");
+    qb.push(NOT_REVISED);
     qb.push(" RETURNING id");
     qb
 }

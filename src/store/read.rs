@@ -29,7 +29,7 @@ use decode::{summary, time, unreadable};
 pub(crate) use rows::import_history;
 use rows::{exported, read_bodies};
 
-type Decoded<T> = std::result::Result<T, sqlx::Error>;
+pub(crate) type Decoded<T> = std::result::Result<T, sqlx::Error>;
 
 /// A value bound by the shared reads; each dialect binds it as its type.
 pub enum Bind {
@@ -38,6 +38,7 @@ pub enum Bind {
     Int(i64),
     Bytes(Vec<u8>),
     Time(DateTime<Utc>),
+    OptTime(Option<DateTime<Utc>>),
 }
 
 /// A time column of `dead_letters`; [`Dialect::at`] spells it as SQL.
@@ -101,6 +102,9 @@ pub trait Dialect: Database {
     const UNREADABLE: &'static str;
     /// The code of [`crate::model::IdStorage`] of the row's id, as a BIGINT.
     const ID_STORAGE: &'static str;
+    /// Begins a transaction that writes (SQLite: takes the write lock at once, so two
+    /// writers never deadlock on a lock upgrade).
+    const BEGIN_WRITE: &'static str;
 
     /// A time column as SQL of the clock's type, whatever a writer stored in it: every
     /// read, filter, ordering and comparison of a time goes through it (and metrics
@@ -110,6 +114,8 @@ pub trait Dialect: Database {
     fn bind(qb: &mut QueryBuilder<'static, Self>, value: Bind);
     /// `id` is one of `ids`.
     fn push_ids(qb: &mut QueryBuilder<'static, Self>, ids: &[String]);
+    /// `id` is exactly `id`, as every write matches it (SQLite: as TEXT, never a BLOB).
+    fn push_exact_id(qb: &mut QueryBuilder<'static, Self>, id: &str);
     /// The start of the hour or day (`unit`) of `dead_lettered_at`.
     fn bucket(unit: &str) -> String;
     /// `doc` contains `needle` (bytes for the body, text otherwise).
@@ -191,6 +197,8 @@ pub trait Reads: Send + Sync {
     }
     async fn summaries(&self, ids: &[String]) -> Result<Vec<Summary>>;
     async fn history(&self, id: &str) -> Result<Vec<HistoryEntry>>;
+    /// The revisions made of `id` by `dlq edit` (at most one while the promise holds).
+    async fn revised_as(&self, id: &str) -> Result<Vec<String>>;
     /// Rows matching the filter, oldest first, with body hashes, for `dlq plan`.
     async fn plan_candidates(&self, filter: &Filter, limit: i64) -> Result<Vec<PlanCandidate>>;
     /// Rows on which `token` (taken earlier by `dlq claim`) holds a live lease and that no
@@ -258,6 +266,9 @@ pub(crate) fn push_where<D: Dialect>(qb: &mut QueryBuilder<'static, D>, f: &Filt
         let any: Vec<String> = f.states.iter().map(|st| state_of::<D>(*st)).collect();
         qb.push(format!(" AND (({}))", any.join(") OR (")));
     }
+    if f.revisions {
+        qb.push(" AND revision_of IS NOT NULL");
+    }
     if let Some(g) = &f.grep {
         qb.push(" AND ");
         D::push_contains(qb, Doc::Body, Bind::Bytes(g.as_bytes().to_vec()));
@@ -311,7 +322,8 @@ pub(crate) fn summary_columns<D: Dialect>() -> String {
     format!(
         "id, reason, CAST(attempts AS BIGINT) AS attempts, replay_claim_owner, \
          last_replay_error, eff_event_id, error, eff_producer, eff_schema_version, \
-         source_queue, exchange, routing_key, discard_note, {}, {} AS id_storage, {} AS state",
+         source_queue, exchange, routing_key, discard_note, revision_of, {}, {} AS id_storage, \
+         {} AS state",
         time_columns::<D>(),
         D::ID_STORAGE,
         state_case(D::NOW, D::at(TimeCol::LeaseEnd))
@@ -653,6 +665,15 @@ impl<B: Backend> Reads for B {
         .await
     }
 
+    async fn revised_as(&self, id: &str) -> Result<Vec<String>> {
+        let mut qb = QueryBuilder::new("SELECT id FROM dead_letters WHERE revision_of = ");
+        B::Db::bind(&mut qb, Bind::Text(id.to_string()));
+        qb.push(" ORDER BY id");
+        all(self, &mut qb, |r| B::Db::text(r, "id", true))
+            .await
+            .map(|ids| ids.into_iter().flatten().collect())
+    }
+
     async fn plan_candidates(&self, filter: &Filter, limit: i64) -> Result<Vec<PlanCandidate>> {
         let mut qb = select("id, reason, eff_producer, eff_schema_version, body", filter);
         qb.push(format!(
@@ -721,8 +742,8 @@ impl<B: Backend> Reads for B {
             &format!(
                 "id, body, reason, CAST(attempts AS BIGINT) AS attempts, headers_json, \
                  replay_claim_owner, last_replay_error, event_id, error, producer, \
-                 schema_version, source_queue, exchange, routing_key, discard_note, {}, \
-                 {} AS history",
+                 schema_version, source_queue, exchange, routing_key, discard_note, revision_of, \
+                 {}, {} AS history",
                 time_columns::<B::Db>(),
                 B::Db::HISTORY_JSON
             ),

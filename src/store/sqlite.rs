@@ -253,9 +253,9 @@ impl Store for SqliteStore {
              replay_claim_owner, replay_claim_expires_at, last_replay_error, event_id, error, \
              producer, schema_version, source_queue, exchange, routing_key, dead_lettered_at, \
              replay_attempt_at, discarded_at, discard_note, eff_producer, eff_schema_version, \
-             eff_event_id) \
+             eff_event_id, revision_of) \
              SELECT ?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,COALESCE(?17, {NOW_US}), \
-             ?18,?19,?20,?21,?22,?23 \
+             ?18,?19,?20,?21,?22,?23,?25 \
              WHERE NOT EXISTS (SELECT 1 FROM dead_letters WHERE id = ?24)",
             if skip_existing { "OR IGNORE" } else { "" }
         );
@@ -288,6 +288,7 @@ impl Store for SqliteStore {
                 .bind(eff_event_id)
                 // A worker's BLOB id of these bytes is this dead letter too (see below).
                 .bind(id_bytes(&r.id))
+                .bind(&r.revision_of)
                 .execute(&mut *tx)
                 .await;
             match res {

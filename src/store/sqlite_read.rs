@@ -144,6 +144,7 @@ impl Dialect for Sqlite {
     const HISTORY_AT: &'static str = HISTORY_AT;
     const UNREADABLE: &'static str = UNREADABLE;
     const ID_STORAGE: &'static str = ID_STORAGE;
+    const BEGIN_WRITE: &'static str = "BEGIN IMMEDIATE";
 
     fn at(col: TimeCol) -> &'static str {
         match col {
@@ -162,6 +163,7 @@ impl Dialect for Sqlite {
             Bind::Int(v) => qb.push_bind(v),
             Bind::Bytes(v) => qb.push_bind(v),
             Bind::Time(v) => qb.push_bind(to_us(v)),
+            Bind::OptTime(v) => qb.push_bind(v.map(to_us)),
         };
     }
 
@@ -175,6 +177,11 @@ impl Dialect for Sqlite {
                 qb.push_bind(json.clone());
             }
         }
+    }
+
+    fn push_exact_id(qb: &mut QueryBuilder<'static, Self>, id: &str) {
+        qb.push("typeof(id) = 'text' AND id = ");
+        qb.push_bind(id.to_string());
     }
 
     fn bucket(unit: &str) -> String {

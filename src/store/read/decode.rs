@@ -54,6 +54,7 @@ pub(super) fn summary<D: Dialect>(row: &D::Row) -> Decoded<Summary> {
         replay_attempt_at: D::time(row, "replay_attempt_at")?,
         discarded_at: D::time(row, "discarded_at")?,
         discard_note: t("discard_note")?,
+        revision_of: t("revision_of")?,
         unreadable: unreadable::<D>(row)?,
         state: State::parse(&state)
             .ok_or_else(|| sqlx::Error::Decode(format!("unknown state {state:?}").into()))?,

@@ -107,6 +107,7 @@ pub(super) fn exported<D: Dialect>(row: &D::Row) -> Result<NewDeadLetter> {
             replay_attempt_at: at("replay_attempt_at")?,
             discarded_at: at("discarded_at")?,
             discard_note: t("discard_note")?,
+            revision_of: t("revision_of")?,
             history: None,
             unreadable: unreadable::<D>(row)?,
         })
