@@ -1,5 +1,6 @@
 //! Capture keys and what a capture stores: identical redelivered messages are two rows,
-//! over-nested headers and `$bytes` tables, the key of a quorum redelivery.
+//! over-nested headers and `$bytes` tables, the key of a quorum redelivery. Each test a
+//! regression found by the review of `dlq capture` (issue 13).
 
 use crate::common::*;
 use futures_util::StreamExt;
@@ -74,7 +75,7 @@ fn deliver_and_drop(r: &Rabbit, queue: &str, n: usize) {
     });
 }
 
-/// Finding 1: on PostgreSQL, a batch with one refused row is retried row by row, and each
+/// Once broke: on PostgreSQL, a batch with one refused row is retried row by row, and each
 /// row's EXISTS check then sees the rows inserted earlier in the same transaction. Two
 /// identical but distinct messages, both redelivered (a capture or any consumer died before
 /// storing them), become ONE row; the other is acked as `already_there`: lost. The main
@@ -120,7 +121,7 @@ fn refused_row_in_batch_swallows_an_identical_redelivered_message() {
     }
 }
 
-/// Finding 2: headers nested deeper than serde_json's recursion limit (128) were stored,
+/// Once broke: headers nested deeper than serde_json's recursion limit (128) were stored,
 /// acked, and then could not be read back (`show` and replay saw `(unparseable)`). Such a
 /// message is now a message that cannot be stored: capture stops with it still queued, or
 /// parks it.
@@ -152,7 +153,7 @@ fn deeply_nested_headers_are_stored_but_cannot_be_read_back() {
     assert_eq!(rabbit.count(&park), 1, "parked, not lost");
 }
 
-/// Finding 3: the JSON form of headers is not one-to-one: a table `{"$bytes": "/w=="}`
+/// Once broke: the JSON form of headers is not one-to-one: a table `{"$bytes": "/w=="}`
 /// and the byte string 0xFF are stored identically (and a replay sends both as bytes).
 #[test]
 fn a_table_with_a_dollar_bytes_key_is_stored_as_bytes() {
@@ -171,7 +172,7 @@ fn a_table_with_a_dollar_bytes_key_is_stored_as_bytes() {
     );
 }
 
-/// Finding 4: the key's death time is read two ways. Without `x-delivery-count` it is
+/// Once broke: the key's death time is read two ways. Without `x-delivery-count` it is
 /// parsed by `integer()` (which accepts a string), with it by `Value::as_i64` (which does
 /// not). A quorum dead-letter queue adds `x-delivery-count` on redelivery, so a message
 /// whose x-death time is a string gets a different key on redelivery: a second row.

@@ -1,4 +1,5 @@
-//! `dlq capture`: messages dead-lettered for real by RabbitMQ captured into both stores; crashes, lost connections and lost commits; what cannot be stored; capture keys.
+//! `dlq capture`: messages dead-lettered for real by RabbitMQ captured into both stores;
+//! crashes, lost connections and lost commits; what cannot be stored; capture keys.
 
 mod crashes;
 mod dead_letters;

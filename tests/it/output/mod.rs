@@ -1,4 +1,5 @@
-//! How output looks: snapshots of the main commands' tables and JSON, `--help`, tables at 80 columns, Markdown, closed pipes.
+//! How output looks: snapshots of the main commands' tables and JSON, `--help`, tables at
+//! 80 columns, Markdown, closed pipes.
 
 mod help;
 mod markdown;

@@ -22,7 +22,7 @@ fn settings() -> insta::Settings {
             "[uuid]",
         ),
         (r"dlq_snap_[0-9a-f]{32}", "[queue]"),
-        (r"sqlite://\S+\.db", "[db]"),
+        (r"sqlite:///\S+\.db", "[db]"),
         (r"\b\d+(\.\d+)?(ms|s)\b", "[duration]"),
         (r"oldest pending \w+", "oldest pending [age]"),
     ] {

@@ -1,4 +1,5 @@
-//! `dlq plan` and `dlq replay --plan`: frozen plans, group runs, what stops them and what they say when a service goes away.
+//! `dlq plan` and `dlq replay --plan`: frozen plans, group runs, what stops them and what
+//! they say when a service goes away.
 
 mod group;
 mod sealed;

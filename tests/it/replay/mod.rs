@@ -1,4 +1,5 @@
-//! `dlq replay` of one dead letter (by ID or hand-taken token): the claim, the attempt, the publish with confirms, and how each outcome is settled and reported.
+//! `dlq replay` of one dead letter (by ID or hand-taken token): the claim, the attempt, the
+//! publish with confirms, and how each outcome is settled and reported.
 
 mod confirms;
 mod headers;

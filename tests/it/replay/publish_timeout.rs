@@ -88,7 +88,9 @@ impl StallingProxy {
     }
 }
 
-/// Finding 5. A publish that cannot be written within --confirm-timeout is judged
+/// Once broke (review of protocol v2): a timed-out publish ended its lease, `resolve
+/// --not-delivered` was accepted, and its queued frames went out later: two copies.
+/// A publish that cannot be written within --confirm-timeout is judged
 /// `uncertain` (Known(Uncertain) in settle) WITHOUT poisoning the channel and without
 /// closing the connection: its frames stay queued inside lapin. settle_uncertain ends
 /// the lease at once, so `dlq resolve --not-delivered` is accepted ("no replay can still
@@ -96,7 +98,7 @@ impl StallingProxy {
 /// checked the consumers (nothing arrived: true), resolves, replays; then the link
 /// recovers and the queued frames go out: two copies.
 #[test]
-fn review_publish_timeout_keeps_the_message_queued_after_the_lease_is_ended() {
+fn a_timed_out_publish_cannot_be_resolved_while_its_frames_may_still_go_out() {
     let mut rabbit = Rabbit::new();
     let q = rabbit.queue("rv_stall");
     let db = TestDb::migrated(Backend::Postgres);

@@ -353,7 +353,7 @@ fn nack_from_a_full_queue_is_publish_failed() {
     let q = rabbit.queue_with("dlq_full", args);
     let db = TestDb::migrated(Backend::Postgres);
     db.add(letter("d1", &q, BODY));
-    // One node, said so: without it a nack is uncertain (tests/cluster.rs).
+    // One node, said so: without it a nack is uncertain (tests/chaos/cluster.rs).
     let r = db.dlq_env(
         &["replay", "d1", "--yes"],
         &[("DLQ_BROKER_TOPOLOGY", "single")],

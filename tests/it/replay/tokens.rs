@@ -103,12 +103,14 @@ fn leases_and_rates_have_bounds() {
     assert_eq!(r.code, 2, "{}", r.all());
 }
 
-/// Finding 1c. `import` takes replay_claim_owner / replay_attempt_at as given, and
+/// Once broke (review of protocol v2): `release --token alice` turned an imported
+/// uncertain row owned by "alice" pending.
+/// `import` takes replay_claim_owner / replay_attempt_at as given, and
 /// `show -o json` prints the owner as its operator part. A row imported in the shape
 /// `show` prints is owned by the token "alice" (guessable), and `release --token alice`
 /// turns an uncertain row pending.
 #[test]
-fn review_imported_uncertain_row_is_released_by_the_operator_name() {
+fn an_imported_uncertain_row_is_not_released_by_the_operator_name() {
     let db = TestDb::migrated(Backend::Sqlite);
     let row = serde_json::json!({
         "id": "imp1", "reason": "retries_exhausted", "attempts": 1, "headers": {},

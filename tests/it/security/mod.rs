@@ -1,4 +1,5 @@
-//! Untrusted input and secrets: hostile rows never reach a terminal raw, passwords never reach any output, TLS, files that hold passwords, fuzzing of the parsers.
+//! Untrusted input and secrets: hostile rows never reach a terminal raw, passwords never
+//! reach any output, TLS, files that hold passwords, fuzzing of the parsers.
 
 mod fuzz;
 mod hostile;

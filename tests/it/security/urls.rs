@@ -4,10 +4,11 @@ use super::*;
 use crate::common::*;
 use proptest::prelude::*;
 
-/// Finding 4 (d). Contract: errors "never contain a password: not in a URL that failed to
+/// Once broke (review of protocol v2): such passwords were printed in errors.
+/// Contract: errors "never contain a password: not in a URL that failed to
 /// parse, not in a `password=` query parameter, not with a `/`, `@`, `#` or `?` inside it".
 #[test]
-fn review_passwords_with_a_slash_or_in_the_query_are_printed() {
+fn passwords_with_a_slash_or_in_the_query_are_never_printed() {
     const PW: &str = "Canary9x";
     let db = TestDb::migrated(Backend::Sqlite);
     let cases: Vec<(&str, String)> = vec![

@@ -1,4 +1,5 @@
-//! The stores: migrations and upgrades, rows written by the workers' own SQL, IDs, the identity rule, lock waits and contention.
+//! The stores: migrations and upgrades, rows written by the workers' own SQL, IDs, the
+//! identity rule, lock waits and contention.
 
 mod contention;
 mod identity;

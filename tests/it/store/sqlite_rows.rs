@@ -9,6 +9,8 @@ use crate::common::*;
 use serde_json::Value;
 use std::collections::HashMap;
 
+mod ids;
+
 /// Writes the Python workers' rows (tests/common/python_workers.py) into `db`.
 fn python_workers(db: &TestDb, queue: &str) {
     let script = concat!(

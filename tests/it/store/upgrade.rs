@@ -147,7 +147,8 @@ fn v1_row(db: &TestDb, id: &str, queue: &str, owner: &str, expires: &str) {
     )]);
 }
 
-/// Finding 1a. A v1 row whose claim was held at upgrade time becomes `uncertain` (a v1
+/// Once broke (review of protocol v2): the v1 token released an upgraded uncertain row.
+/// A v1 row whose claim was held at upgrade time becomes `uncertain` (a v1
 /// run may have published it). The v1 token (v1 printed it in `claim`, in `list -o json`
 /// and in history) still owns the row, and `release` accepts any row with an open
 /// attempt, lease or no lease: the uncertain row goes back to `pending`, and the next
@@ -155,7 +156,7 @@ fn v1_row(db: &TestDb, id: &str, queue: &str, owner: &str, expires: &str) {
 /// lease does, until an operator resolves it"; "a stale token can neither mark nor
 /// release".
 #[test]
-fn review_v1_token_releases_an_upgraded_uncertain_row() {
+fn a_v1_token_cannot_release_an_upgraded_uncertain_row() {
     let mut rabbit = Rabbit::new();
     let q = rabbit.queue("rv_v1_rel");
     let db = v1_postgres();
@@ -185,11 +186,13 @@ fn review_v1_token_releases_an_upgraded_uncertain_row() {
     );
 }
 
-/// Finding 1b. Same root cause through `replay --token`: `held()` does not exclude rows
+/// Once broke (review of protocol v2): `replay --token` with the v1 token made an
+/// upgraded row pending.
+/// Same root cause through `replay --token`: `held()` does not exclude rows
 /// with an attempt, the attempt step then refuses, and the "not attempted" path releases
 /// the row with the v1 token: an upgraded (possibly published) row becomes `pending`.
 #[test]
-fn review_v1_token_replay_turns_an_upgraded_row_pending() {
+fn a_v1_token_replay_does_not_turn_an_upgraded_row_pending() {
     let mut rabbit = Rabbit::new();
     let q = rabbit.queue("rv_v1_tok");
     let db = v1_postgres();
@@ -210,12 +213,14 @@ fn review_v1_token_replay_turns_an_upgraded_row_pending() {
     );
 }
 
-/// Finding 2. The migration does not fence v1 binaries. A v1 `dlq` (still installed on
+/// Once broke (review of protocol v2): a v1 binary claimed uncertain rows after the
+/// upgrade, and published them again.
+/// The migration does not fence v1 binaries. A v1 `dlq` (still installed on
 /// an operator's laptop or in a cron job) claims with this exact statement (v1
 /// src/store/postgres.rs, commit 14660fb), which knows nothing of replay_attempt_at or
 /// discarded_at: it claims `uncertain` rows and then publishes them again.
 #[test]
-fn review_v1_binary_claims_uncertain_rows_after_the_upgrade() {
+fn a_v1_binary_cannot_claim_uncertain_rows_after_the_upgrade() {
     let db = v1_postgres();
     v1_row(
         &db,

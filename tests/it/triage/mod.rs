@@ -1,4 +1,5 @@
-//! The triage commands: list, aggregate, show, export and import, discard and restore, prune, content filters.
+//! The triage commands: list, aggregate, show, export and import, discard and restore,
+//! prune, content filters.
 
 mod aggregate;
 mod discard;

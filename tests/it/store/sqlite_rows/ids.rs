@@ -1,7 +1,6 @@
 //! How dlq matches the ID an operator types to a row a worker wrote (TEXT or bytes),
 //! and how it treats a lease another tool wrote in a form it cannot read.
 
-use crate::common::*;
 use super::*;
 
 /// A replay of an ID with a literal `\x31` claims, publishes and marks that row only,
