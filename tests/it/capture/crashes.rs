@@ -1,0 +1,204 @@
+//! Captures that crash or lose a service: kill -9 and rerun, broker cuts, lost commits,
+//! a locked SQLite file; nothing lost, nothing doubled.
+
+use super::*;
+use crate::common::*;
+use std::process::Stdio;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+#[test]
+fn sigkill_during_a_capture_of_thousands_then_a_rerun_stores_each_message_once() {
+    for backend in BACKENDS {
+        let db = TestDb::migrated(backend);
+        let dlx = Dlx::new(&[], &[]);
+        let n = 3000;
+        fill(&dlx, n);
+        let mut child = db
+            .cmd()
+            .args(["capture", "--queue", &dlx.dlq, "--batch", "50"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        wait_until("a few batches", 60, || rows(&db) >= 400);
+        child.kill().unwrap();
+        child.wait().unwrap();
+        // A COMMIT the killed run had sent may still be going through on its backend:
+        // count the rows once that session is gone (else they show up as the rerun's
+        // `already_there`, missing from both counts).
+        if backend == Backend::Postgres {
+            wait_until("the killed capture's session to end", 60, || {
+                db.scalar(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+                     AND application_name = 'dlq'",
+                ) == 0
+            });
+        }
+        let before = rows(&db);
+        assert!(before < n as i64, "killed mid-run ({before} rows)");
+
+        let r = capture(&db, &["--queue", &dlx.dlq]);
+        assert_eq!(r.code, 0, "{}", r.all());
+        let sum = r.json();
+        assert_eq!(
+            before + sum["captured"].as_i64().unwrap(),
+            n as i64,
+            "{backend:?}: {sum}"
+        );
+        assert_exactly_once(&db, n as i64);
+        assert_eq!(dlx.rabbit.count(&dlx.dlq), 0);
+    }
+}
+
+#[test]
+fn broker_connection_cut_during_follow_loses_nothing_and_doubles_nothing() {
+    for backend in BACKENDS {
+        let db = TestDb::migrated(backend);
+        let dlx = Dlx::new(&[], &[]);
+        let n = 2000;
+        fill(&dlx, n);
+        let proxy = Proxy::start("127.0.0.1:5672", OnServerBytes::Nothing);
+        let url = format!("amqp://guest:guest@{}/%2f", proxy.addr());
+        let child = db
+            .cmd()
+            .env("DLQ_AMQP_URL", &url)
+            .args(["capture", "--queue", &dlx.dlq, "--batch", "50", "--follow"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        wait_until("a few batches", 60, || rows(&db) >= 300);
+        proxy.cut.store(true, Ordering::SeqCst);
+        std::thread::sleep(Duration::from_millis(1500));
+        assert!(rows(&db) < n as i64, "cut mid-run");
+        proxy.cut.store(false, Ordering::SeqCst);
+        wait_until("every message stored", 60, || rows(&db) >= n as i64);
+        wait_until("the queue acked", 30, || dlx.rabbit.count(&dlx.dlq) == 0);
+        signal(&child, "TERM");
+        let out = Run::from(child.wait_with_output().unwrap());
+        assert_eq!(out.code, 0, "{}", out.all());
+        let sum = out.json();
+        assert!(sum["reconnects"].as_i64().unwrap() >= 1, "{sum}");
+        assert_eq!(sum["stopped"], "interrupted");
+        assert!(out.stderr.contains("trying again in"), "{}", out.stderr);
+        assert!(!out.stderr.contains("guest:guest"), "{}", out.stderr);
+        assert_exactly_once(&db, n as i64);
+    }
+}
+
+#[test]
+fn a_commit_whose_answer_is_lost_is_not_stored_twice() {
+    // The proxy forwards PostgreSQL until the server answers the first COMMIT, and drops
+    // the connection instead: the batch is committed, dlq cannot know it, acks nothing.
+    let db = TestDb::migrated(Backend::Postgres);
+    let dlx = Dlx::new(&[], &[]);
+    let n = 500;
+    fill(&dlx, n);
+    let commit_complete = b"C\0\0\0\x0bCOMMIT\0".to_vec();
+    let proxy = Proxy::start(
+        "127.0.0.1:5432",
+        OnServerBytes::CutOnce(commit_complete, Default::default()),
+    );
+    let url = format!(
+        "{}?sslmode=disable",
+        db.url.replace("127.0.0.1:5432", &proxy.addr())
+    );
+    let child = db
+        .cmd()
+        .env("DLQ_DATABASE_URL", &url)
+        .args(["capture", "--queue", &dlx.dlq, "--batch", "100", "--follow"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_until("the first commit", 60, || proxy.cut.load(Ordering::SeqCst));
+    std::thread::sleep(Duration::from_millis(1000));
+    assert_eq!(rows(&db), 100, "the first batch is committed");
+    assert_eq!(
+        dlx.rabbit.count(&dlx.dlq) as usize,
+        n,
+        "and nothing acked: the broker has every message back"
+    );
+    proxy.cut.store(false, Ordering::SeqCst);
+    wait_until("every message stored", 60, || rows(&db) >= n as i64);
+    wait_until("the queue acked", 30, || dlx.rabbit.count(&dlx.dlq) == 0);
+    signal(&child, "TERM");
+    let out = Run::from(child.wait_with_output().unwrap());
+    assert_eq!(out.code, 0, "{}", out.all());
+    let sum = out.json();
+    assert_eq!(sum["already_there"], 100, "{sum}");
+    assert_eq!(sum["captured"], n as i64 - 100, "{sum}");
+    assert_exactly_once(&db, n as i64);
+}
+
+#[test]
+fn sigkill_on_a_quorum_dead_letter_queue_then_a_rerun_stores_each_message_once() {
+    // A quorum queue writes its own x-delivery-count on each redelivery: the capture key
+    // must not see it, and attempts must not take it.
+    let db = TestDb::migrated(Backend::Sqlite);
+    let dlx = Dlx::new(&[], &[("x-queue-type", s("quorum"))]);
+    let n = 2000;
+    fill(&dlx, n);
+    let mut child = db
+        .cmd()
+        .args(["capture", "--queue", &dlx.dlq, "--batch", "50"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_until("a few batches", 60, || rows(&db) >= 300);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let r = capture(&db, &["--queue", &dlx.dlq]);
+    assert_eq!(r.code, 0, "{}", r.all());
+    assert_exactly_once(&db, n as i64);
+    assert_eq!(dlx.rabbit.count(&dlx.dlq), 0);
+    assert_eq!(
+        db.scalar("SELECT count(*) FROM dead_letters WHERE attempts <> 1"),
+        0,
+        "each was rejected once, whatever the dead-letter queue counted"
+    );
+}
+
+#[test]
+fn a_locked_sqlite_database_during_follow_loses_nothing_and_doubles_nothing() {
+    // SQLite does not go away like a server, but another writer can hold it for longer
+    // than the lock timeout: each attempt fails, the broker keeps the messages, and the
+    // capture goes on once the lock is released.
+    use sqlx::Connection;
+    let db = TestDb::migrated(Backend::Sqlite);
+    let dlx = Dlx::new(&[], &[]);
+    let n = 300;
+    fill(&dlx, n);
+    let rt = rt();
+    let mut locker = rt
+        .block_on(sqlx::SqliteConnection::connect(&db.url))
+        .unwrap();
+    rt.block_on(sqlx::query("BEGIN IMMEDIATE").execute(&mut locker))
+        .unwrap();
+    let child = db
+        .cmd()
+        .env("DLQ_LOCK_TIMEOUT", "300ms")
+        .args(["capture", "--queue", &dlx.dlq, "--batch", "50", "--follow"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(rows(&db), 0);
+    assert!(
+        dlx.rabbit.count(&dlx.dlq) as usize >= n - 150,
+        "at most a prefetch (3 x 50) is out, unacked"
+    );
+    rt.block_on(sqlx::query("ROLLBACK").execute(&mut locker))
+        .unwrap();
+    wait_until("every message stored", 60, || rows(&db) >= n as i64);
+    wait_until("the queue acked", 30, || dlx.rabbit.count(&dlx.dlq) == 0);
+    signal(&child, "TERM");
+    let out = Run::from(child.wait_with_output().unwrap());
+    assert_eq!(out.code, 0, "{}", out.all());
+    assert!(out.stderr.contains("locked"), "{}", out.stderr);
+    assert!(out.json()["reconnects"].as_i64().unwrap() >= 1);
+    assert_exactly_once(&db, n as i64);
+}

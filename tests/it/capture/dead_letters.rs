@@ -1,0 +1,260 @@
+//! Messages dead-lettered for real by RabbitMQ (a consumer's reject, a quorum queue's
+//! delivery limit, a TTL) captured byte for byte, and replayed to their original queue.
+
+use super::*;
+use crate::common::*;
+use lapin::options::*;
+use lapin::types::{AMQPValue, FieldArray, LongString};
+use lapin::BasicProperties;
+use serde_json::{json, Value};
+
+#[test]
+fn rejected_messages_are_captured_byte_for_byte_with_their_x_death() {
+    for backend in BACKENDS {
+        let db = TestDb::migrated(backend);
+        let dlx = Dlx::new(&[], &[]);
+        let headers = table(&[
+            ("tenant", s("acme")),
+            ("x-exception", s("ValueError: bad amount")),
+            ("retries", AMQPValue::LongInt(3)),
+            ("big", AMQPValue::LongLongInt(1 << 40)),
+            ("ratio", AMQPValue::Double(0.25)),
+            ("flag", AMQPValue::Boolean(true)),
+            ("nested", AMQPValue::FieldTable(table(&[("k", s("v"))]))),
+            (
+                "list",
+                AMQPValue::FieldArray(FieldArray::from(vec![s("a"), AMQPValue::LongInt(1)])),
+            ),
+            (
+                "raw",
+                AMQPValue::LongString(LongString::from(vec![0xff_u8, 0x00, 0x41])),
+            ),
+            ("x-producer", s("billing")),
+        ]);
+        let binary_body: &[u8] = &[0x00, 0xff, 0xfe, b'{', 0x80];
+        dlx.publish(
+            binary_body,
+            BasicProperties::default()
+                .with_headers(headers.clone())
+                .with_message_id("msg-1".into()),
+        );
+        dlx.publish(
+            br#"{"event_id":"evt-2","amount":"x"}"#,
+            BasicProperties::default().with_message_id("msg-2".into()),
+        );
+        dlx.publish(b"plain text", BasicProperties::default());
+        dlx.refuse(3, false);
+
+        let r = capture(&db, &["--queue", &dlx.dlq]);
+        assert_eq!(r.code, 0, "{}", r.all());
+        let summary = r.json();
+        assert_eq!(summary["captured"], 3, "{summary}");
+        assert_eq!(summary["already_there"], 0);
+        assert_eq!(summary["stopped"], "empty");
+        assert_eq!(dlx.rabbit.count(&dlx.dlq), 0, "the queue is empty after");
+
+        let rows = shown(&db);
+        assert_eq!(rows.len(), 3);
+        let by_body = |b: &[u8]| {
+            rows.iter()
+                .find(|r| r["body_base64"] == b64(b))
+                .unwrap_or_else(|| panic!("no row with body {b:?}: {rows:#?}"))
+                .clone()
+        };
+        let now = chrono::Utc::now();
+        for row in &rows {
+            assert_eq!(row["reason"], "poison_message", "{row}");
+            assert_eq!(row["source_queue"], dlx.work.as_str());
+            assert_eq!(row["exchange"], Value::Null, "the default exchange");
+            assert_eq!(row["routing_key"], dlx.work.as_str());
+            assert_eq!(row["attempts"], 1);
+            let at: chrono::DateTime<chrono::Utc> =
+                row["dead_lettered_at"].as_str().unwrap().parse().unwrap();
+            assert!((now - at).num_seconds().abs() < 60, "{at}");
+            let death = &row["headers"]["x-death"][0];
+            assert_eq!(death["queue"], dlx.work.as_str(), "{row}");
+            assert_eq!(death["reason"], "rejected");
+            assert_eq!(death["count"], 1);
+            assert_eq!(death["exchange"], "");
+            assert_eq!(death["routing-keys"], json!([dlx.work]));
+            assert_eq!(
+                death["time"].as_i64().unwrap(),
+                at.timestamp(),
+                "dead_lettered_at is the x-death time"
+            );
+        }
+        let first = by_body(binary_body);
+        assert_eq!(first["body_text"], Value::Null, "not UTF-8");
+        let h = &first["headers"];
+        assert_eq!(h["tenant"], "acme");
+        assert_eq!(h["retries"], 3);
+        assert_eq!(h["big"], 1_i64 << 40);
+        assert_eq!(h["ratio"], 0.25);
+        assert_eq!(h["flag"], true);
+        assert_eq!(h["nested"], json!({"k": "v"}));
+        assert_eq!(h["list"], json!(["a", 1]));
+        assert_eq!(h["raw"], json!({"$bytes": b64(&[0xff, 0x00, 0x41])}));
+        assert_eq!(first["error"], "ValueError: bad amount");
+        assert_eq!(first["producer"], "billing", "the x-producer header");
+        assert_eq!(
+            first["event_id"], "msg-1",
+            "message_id when nothing else gives one"
+        );
+
+        let second = by_body(br#"{"event_id":"evt-2","amount":"x"}"#);
+        assert_eq!(
+            second["event_id"], "evt-2",
+            "the body's event_id wins over message_id"
+        );
+        assert_eq!(second["error"], Value::Null);
+        let third = by_body(b"plain text");
+        assert_eq!(third["event_id"], Value::Null);
+
+        // Nothing left: a second run captures nothing.
+        let again = capture(&db, &["--queue", &dlx.dlq]);
+        assert_eq!(again.code, 0, "{}", again.all());
+        assert_eq!(again.json()["captured"], 0);
+    }
+}
+
+#[test]
+fn quorum_delivery_limit_is_retries_exhausted_and_a_quorum_dead_letter_queue_works() {
+    for backend in BACKENDS {
+        let db = TestDb::migrated(backend);
+        let quorum = ("x-queue-type", s("quorum"));
+        let dlx = Dlx::new(
+            &[quorum.clone(), ("x-delivery-limit", AMQPValue::LongInt(2))],
+            std::slice::from_ref(&quorum),
+        );
+        dlx.publish(
+            br#"{"event_id":"evt-q","amount":1}"#,
+            BasicProperties::default()
+                .with_headers(table(&[("x-error", s("TimeoutError: ledger"))])),
+        );
+        dlx.refuse(1, true);
+
+        let r = capture(&db, &["--queue", &dlx.dlq]);
+        assert_eq!(r.code, 0, "{}", r.all());
+        assert_eq!(r.json()["captured"], 1, "{}", r.stdout);
+        assert_eq!(dlx.rabbit.count(&dlx.dlq), 0);
+        let rows = shown(&db);
+        let row = &rows[0];
+        assert_eq!(row["reason"], "retries_exhausted");
+        assert_eq!(row["headers"]["x-death"][0]["reason"], "delivery_limit");
+        assert_eq!(row["source_queue"], dlx.work.as_str());
+        assert_eq!(row["error"], "TimeoutError: ledger");
+        assert_eq!(row["event_id"], "evt-q");
+        // RabbitMQ 3.10 keeps no delivery count on a message a quorum queue dead-letters,
+        // so attempts is the x-death count (a later broker's x-delivery-count wins).
+        assert!(row["attempts"].as_i64().unwrap() >= 1, "{row}");
+    }
+}
+
+#[test]
+fn expired_messages_keep_their_reason_and_reason_can_be_given() {
+    let db = TestDb::migrated(Backend::Sqlite);
+    let dlx = Dlx::new(&[("x-message-ttl", AMQPValue::LongInt(20))], &[]);
+    for i in 0..4 {
+        dlx.publish(format!("ttl {i}").as_bytes(), BasicProperties::default());
+    }
+    wait_for(&dlx.rabbit, &dlx.dlq, 4);
+    let r = capture(&db, &["--queue", &dlx.dlq, "--max", "2"]);
+    assert_eq!(r.code, 0, "{}", r.all());
+    assert_eq!(r.json()["captured"], 2);
+    assert_eq!(r.json()["stopped"], "max");
+    assert_eq!(
+        dlx.rabbit.count(&dlx.dlq),
+        2,
+        "--max leaves the rest queued"
+    );
+    let rows = shown(&db);
+    for row in &rows {
+        assert_eq!(row["reason"], "expired");
+        assert_eq!(row["attempts"], 0, "nobody consumed it");
+        assert_eq!(row["headers"]["x-death"][0]["reason"], "expired");
+    }
+    let r = capture(&db, &["--queue", &dlx.dlq, "--reason", "permanent_failure"]);
+    assert_eq!(r.code, 0, "{}", r.all());
+    assert_eq!(r.json()["captured"], 2);
+    let given = db.ids(&["--reason", "permanent_failure"]);
+    assert_eq!(given.len(), 2);
+    assert_eq!(dlx.rabbit.count(&dlx.dlq), 0);
+}
+
+#[test]
+fn two_identical_messages_make_two_rows() {
+    let db = TestDb::migrated(Backend::Postgres);
+    let dlx = Dlx::new(&[], &[]);
+    for _ in 0..2 {
+        dlx.publish(b"same bytes", BasicProperties::default());
+    }
+    dlx.refuse(2, false);
+    let dlq_rows = dlx.rabbit.drain(&dlx.dlq);
+    assert_eq!(dlq_rows.len(), 2);
+    assert_eq!(
+        dlq_rows[0].headers, dlq_rows[1].headers,
+        "the broker gave both the same x-death"
+    );
+    for m in &dlq_rows {
+        dlx.rabbit.block_on(async {
+            dlx.rabbit
+                .channel()
+                .basic_publish(
+                    "".into(),
+                    dlx.dlq.as_str().into(),
+                    BasicPublishOptions::default(),
+                    &m.body,
+                    BasicProperties::default().with_headers(to_table(&m.headers)),
+                )
+                .await
+                .unwrap()
+                .await
+                .unwrap();
+        });
+    }
+    wait_for(&dlx.rabbit, &dlx.dlq, 2);
+    let r = capture(&db, &["--queue", &dlx.dlq]);
+    assert_eq!(r.code, 0, "{}", r.all());
+    assert_eq!(r.json()["captured"], 2, "{}", r.stdout);
+    assert_eq!(
+        db.scalar("SELECT count(DISTINCT capture_key) FROM dead_letters"),
+        1,
+        "one key, two rows"
+    );
+}
+
+#[test]
+fn a_captured_message_replays_to_its_original_queue_without_its_x_death() {
+    for backend in BACKENDS {
+        let db = TestDb::migrated(backend);
+        let dlx = Dlx::new(&[], &[]);
+        let body = br#"{"order":"o-17","amount":12}"#;
+        dlx.publish(
+            body,
+            BasicProperties::default()
+                .with_message_id("m-17".into())
+                .with_headers(table(&[("tenant", s("acme"))])),
+        );
+        dlx.refuse(1, false);
+        let r = capture(&db, &["--queue", &dlx.dlq]);
+        assert_eq!(r.code, 0, "{}", r.all());
+        let id = db.ids(&[]).pop().unwrap();
+        let r = db.dlq(&["replay", &id, "--yes"]);
+        assert_eq!(r.code, 0, "{}", r.all());
+        assert_eq!(r.json()["outcome"], "replayed");
+        let got = dlx.rabbit.drain(&dlx.work);
+        assert_eq!(got.len(), 1, "one message back in {}", dlx.work);
+        let m = &got[0];
+        assert_eq!(m.body, body);
+        assert_eq!(m.message_id.as_deref(), Some("m-17"));
+        assert_eq!(m.headers["tenant"], "acme");
+        assert_eq!(m.headers["x-replayed-from-dlq"], "true");
+        assert_eq!(m.headers["x-dead-letter-id"], id.as_str());
+        assert_eq!(m.headers["x-dead-letter-reason"], "poison_message");
+        assert!(
+            !m.headers.keys().any(|k| k.contains("death")),
+            "{:?}",
+            m.headers
+        );
+    }
+}

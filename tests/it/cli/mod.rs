@@ -1,0 +1,6 @@
+//! The operator's surface: configuration and profiles, prompts, completions, usage errors.
+
+mod completions;
+mod config;
+mod prompts;
+mod usage;

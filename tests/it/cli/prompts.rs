@@ -1,0 +1,110 @@
+//! Prompts on a terminal: a production profile asks for its name, a plain prompt
+//! defaults to no.
+
+use crate::common::*;
+use std::process::Stdio;
+use std::time::Duration;
+
+/// Runs `dlq` on a pseudo-terminal (util-linux `script`), typing `input`.
+fn on_a_terminal(db: &TestDb, env: &[(&str, &str)], args: &str, input: &str) -> Run {
+    let bin = env!("CARGO_BIN_EXE_dlq");
+    let mut c = db.cmd();
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let mut child = c
+        .env_remove("DLQ_OUTPUT")
+        .env("TERM", "dumb")
+        .env("COLUMNS", "200")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn_script(bin, args);
+    use std::io::Write;
+    let mut stdin = child.stdin.take().unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    stdin.write_all(input.as_bytes()).unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    drop(stdin);
+    Run::from(child.wait_with_output().unwrap())
+}
+
+trait SpawnScript {
+    fn spawn_script(&mut self, bin: &str, args: &str) -> std::process::Child;
+}
+
+impl SpawnScript for std::process::Command {
+    fn spawn_script(&mut self, bin: &str, args: &str) -> std::process::Child {
+        let mut c = std::process::Command::new("script");
+        c.args(["-qefc", &format!("{bin} {args}"), "/dev/null"]);
+        for (k, v) in self.get_envs() {
+            match v {
+                Some(v) => c.env(k, v),
+                None => c.env_remove(k),
+            };
+        }
+        c.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+}
+
+#[test]
+fn a_production_profile_asks_for_its_name_before_replaying() {
+    let mut rabbit = Rabbit::new();
+    let q = rabbit.queue("dlq_prod");
+    let db = TestDb::migrated(Backend::Sqlite);
+    db.add(letter("d1", &q, b"{}"));
+    let xdg = tempfile::tempdir().unwrap();
+    let cfg = write_config(
+        xdg.path(),
+        &format!(
+            "[profiles.prod]\ndatabase_url = \"{}\"\nproduction = true\n",
+            db.url
+        ),
+    );
+    let cfg = cfg.to_str().unwrap().to_string();
+    let env = [("DLQ_CONFIG", cfg.as_str()), ("DLQ_PROFILE", "prod")];
+    // Answering "y" is not enough.
+    let r = on_a_terminal(&db, &env, "replay d1", "y\n");
+    assert!(
+        r.stdout.contains("PRODUCTION") && r.stdout.contains("prod"),
+        "{}",
+        r.all()
+    );
+    assert_eq!(rabbit.count(&q), 0, "{}", r.all());
+    assert_eq!(db.show("d1")["state"], "pending");
+    // Typing the profile's name goes on.
+    let r = on_a_terminal(&db, &env, "replay d1", "prod\n");
+    assert!(r.stdout.contains("replayed"), "{}", r.all());
+    assert_eq!(rabbit.count(&q), 1);
+    // --yes skips the question, as everywhere.
+    db.add(letter("d2", &q, b"{}"));
+    let r = db.dlq_env(&["replay", "d2", "--yes"], &env);
+    assert_eq!(r.code, 0, "{}", r.all());
+}
+
+#[test]
+fn a_plain_terminal_prompt_defaults_to_no() {
+    let mut rabbit = Rabbit::new();
+    let q = rabbit.queue("dlq_prompt");
+    let db = TestDb::migrated(Backend::Sqlite);
+    db.add(letter("d1", &q, b"{\"event_id\":\"evt-p\"}"));
+    let r = on_a_terminal(&db, &[], "replay d1", "\n");
+    assert!(
+        r.stdout.contains("evt-p")
+            && r.stdout.contains("retries_exhausted")
+            && r.stdout.contains(&q),
+        "{}",
+        r.stdout
+    );
+    assert!(r.stdout.contains("declined"), "{}", r.stdout);
+    assert_eq!(
+        db.show("d1")["history"],
+        serde_json::json!([]),
+        "declining claims nothing"
+    );
+    assert_eq!(rabbit.count(&q), 0);
+}

@@ -1,0 +1,8 @@
+//! How output looks: snapshots of the main commands' tables and JSON, `--help`, tables at
+//! 80 columns, Markdown, closed pipes.
+
+mod help;
+mod markdown;
+mod pipes;
+mod snapshots;
+mod tables;

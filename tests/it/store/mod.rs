@@ -1,0 +1,9 @@
+//! The stores: migrations and upgrades, rows written by the workers' own SQL, IDs, the
+//! identity rule, lock waits and contention.
+
+mod contention;
+mod identity;
+mod identity_rule;
+mod migrations;
+mod sqlite_rows;
+mod upgrade;
