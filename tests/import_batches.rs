@@ -177,7 +177,7 @@ fn a_failed_import_undoes_the_batches_it_committed() {
 /// The rows of an export keep their own state through the batches: a claim (its
 /// owner's name, a new token), an open attempt, a replay, a discard.
 #[test]
-fn imported_states_are_given_back_by_the_last_transaction() {
+fn imported_states_are_given_back_after_the_release() {
     let db = TestDb::migrated(Backend::Sqlite);
     let rows = [
         json!({"id": "imp-claimed", "reason": "r", "body_text": "a",
@@ -210,4 +210,38 @@ fn imported_states_are_given_back_by_the_last_transaction() {
         json!("2020-02-02T00:00:00Z")
     );
     assert_eq!(leftovers(&db)[1..], [0, 0, 0]);
+}
+
+/// PostgreSQL keeps one transaction: its inserts take row locks only, so a worker's
+/// INSERT of another ID commits while the import's transaction is still open.
+#[test]
+fn postgres_import_in_one_transaction_does_not_hold_back_a_workers_insert() {
+    let db = TestDb::migrated(Backend::Postgres);
+    let file = big_file(20_000);
+    let mut child = spawn_import(&db, file.path().to_str().unwrap());
+    let open_xid = "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+                    AND backend_xid IS NOT NULL AND pid <> pg_backend_pid()";
+    wait_until("the import's open transaction", || db.scalar(open_xid) > 0);
+    let xid = "SELECT backend_xid::text::bigint FROM pg_stat_activity \
+               WHERE datname = current_database() AND backend_xid IS NOT NULL \
+               AND pid <> pg_backend_pid()";
+    let before = db.scalar(xid);
+    db.sql(&[
+        "SET lock_timeout = '5s'",
+        "INSERT INTO dead_letters (id, body, reason, attempts, headers_json) \
+         VALUES ('w-1', '\\x7b7d'::bytea, 'poison_message', 1, '{}')",
+    ]);
+    // The worker's row is committed, and the import's transaction is the same one, open.
+    assert_eq!(
+        db.scalar("SELECT count(*) FROM dead_letters WHERE id = 'w-1'"),
+        1
+    );
+    assert_eq!(db.scalar(xid), before, "the import had committed first");
+    assert_eq!(
+        db.scalar("SELECT count(*) FROM dead_letters WHERE id LIKE 'imp-%'"),
+        0,
+        "none of the import visible before its commit"
+    );
+    assert!(child.wait().unwrap().success());
+    assert_eq!(counted(&db), (20_001, 20_001));
 }

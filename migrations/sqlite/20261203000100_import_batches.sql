@@ -5,7 +5,7 @@
 -- its lease here ended) is undone by the next dlq that opens the file.
 CREATE TABLE IF NOT EXISTS dlq_imports (
     token TEXT PRIMARY KEY,          -- the owner its rows are held by
-    state TEXT NOT NULL,             -- 'live', or 'dead': being undone
+    state TEXT NOT NULL,             -- 'live'; 'released' (rows being given back); 'dead' (undone)
     pid INTEGER NOT NULL,
     host TEXT,                       -- boot and PID namespace: where pid means that process
     started TEXT,                    -- the process's start time (as /proc gives it)

@@ -1,6 +1,7 @@
 """A Python worker inserting beside dlq: the stdlib sqlite3 module with Python's default
 5 s busy timeout, one row per transaction every 10 ms, until the file STOP exists. After
 each insert it reads, in one statement (one snapshot), whether an import is staging rows
+(not yet released)
 and how many rows with an id starting with PREFIX are held by no claim. Prints one JSON
 object: inserted, failed (with the errors), inserted_during_import, and the snapshots
 that saw a staging import beside free imported rows (a half-import; must be none).
@@ -23,7 +24,8 @@ while not os.path.exists(stop):
         db.commit()
         out["inserted"] += 1
         staging, free = db.execute(
-            "SELECT (SELECT count(*) FROM dlq_imports), (SELECT count(*) FROM dead_letters "
+            "SELECT (SELECT count(*) FROM dlq_imports WHERE state = 'live'), "
+            "(SELECT count(*) FROM dead_letters "
             "WHERE id >= ? AND id < ? AND replay_claim_owner IS NULL)",
             (prefix, prefix + "\uffff")).fetchone()
         if staging:
