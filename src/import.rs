@@ -4,8 +4,9 @@
 //! Import reads a stream of JSON values (one per line as `export` writes them, or
 //! pretty-printed as `show -o json` prints one), after an optional UTF-8 byte order mark.
 //! Every value is parsed and checked before anything is written; the store then inserts
-//! all rows in one transaction. A bad value names the line it starts on and its field.
-//! The rules are the same whichever store the rows go to.
+//! all rows or none (PostgreSQL in one transaction, SQLite in short batches that one last
+//! transaction makes visible: `store/sqlite_import.rs`). A bad value names the line it
+//! starts on and its field. The rules are the same whichever store the rows go to.
 //!
 //! A body may be tens of MiB, so the body fields are decoded as the parser reads them:
 //! `body_base64` straight from the parser's string buffer into the one `Vec` the row

@@ -169,7 +169,9 @@ impl Default for StoreOptions {
 pub trait Store: Reads + AlertReads + Revise {
     /// Applies the embedded migrations; returns the descriptions of those applied now.
     async fn migrate(&self) -> Result<Vec<String>>;
-    /// All rows or none, in one transaction.
+    /// All rows or none: PostgreSQL in one transaction; SQLite in short batches held by
+    /// the import's claim until one last transaction releases them all (a dead import's
+    /// rows are undone by the next dlq that opens the file).
     async fn import(&self, rows: Vec<NewDeadLetter>, skip_existing: bool) -> Result<ImportReport>;
     /// Protocol step 1: claims each row that exists and is `pending` (not replayed, not
     /// discarded, no open attempt, no live lease), and appends the entry of `history` of

@@ -90,11 +90,16 @@ impl SqliteStore {
                 pool => break pool?,
             }
         };
-        Ok(SqliteStore {
+        let store = SqliteStore {
             pool,
             busy: opts.busy_timeout,
             file,
-        })
+        };
+        // Whatever the command: an import that died leaves no row behind for it.
+        if let Err(e) = store.undo_dead_imports().await {
+            tracing::debug!(error = %e, "dead imports not undone");
+        }
+        Ok(store)
     }
 
     fn err(&self) -> impl Fn(sqlx::Error) -> DlqError + '_ {
@@ -233,6 +238,10 @@ impl Store for SqliteStore {
         loop {
             let before = self.applied_versions().await;
             let Err(e) = MIGRATOR.run(&self.pool).await else {
+                // The first migrate to know about imports undoes a dead one at once.
+                if let Err(e) = self.undo_dead_imports().await {
+                    tracing::debug!(error = %e, "dead imports not undone");
+                }
                 return Ok(newly_applied(&MIGRATOR, &applied));
             };
             let text = e.to_string();
@@ -246,93 +255,7 @@ impl Store for SqliteStore {
     }
 
     async fn import(&self, rows: Vec<NewDeadLetter>, skip_existing: bool) -> Result<ImportReport> {
-        let mut tx = self.begin_write().await?;
-        let mut report = ImportReport::default();
-        let sql = format!(
-            "INSERT {} INTO dead_letters (id, body, reason, attempts, headers_json, replayed_at, \
-             replay_claim_owner, replay_claim_expires_at, last_replay_error, event_id, error, \
-             producer, schema_version, source_queue, exchange, routing_key, dead_lettered_at, \
-             replay_attempt_at, discarded_at, discard_note, eff_producer, eff_schema_version, \
-             eff_event_id, revision_of) \
-             SELECT ?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,?16,COALESCE(?17, {NOW_US}), \
-             ?18,?19,?20,?21,?22,?23,?25 \
-             WHERE NOT EXISTS (SELECT 1 FROM dead_letters WHERE id = ?24)",
-            if skip_existing { "OR IGNORE" } else { "" }
-        );
-        for mut r in rows {
-            let [eff_producer, eff_schema_version, eff_event_id] = hint(&r);
-            let res = sqlx::query(sql.as_str())
-                .bind(&r.id)
-                // Moved, not copied: a body may be tens of MiB.
-                .bind(std::mem::take(&mut r.body))
-                .bind(&r.reason)
-                .bind(r.attempts)
-                .bind(&r.headers_json)
-                .bind(r.replayed_at.map(to_us))
-                .bind(&r.replay_claim_owner)
-                .bind(r.replay_claim_expires_at.map(to_us))
-                .bind(&r.last_replay_error)
-                .bind(&r.event_id)
-                .bind(&r.error)
-                .bind(&r.producer)
-                .bind(&r.schema_version)
-                .bind(&r.source_queue)
-                .bind(&r.exchange)
-                .bind(&r.routing_key)
-                .bind(r.dead_lettered_at.map(to_us))
-                .bind(r.replay_attempt_at.map(to_us))
-                .bind(r.discarded_at.map(to_us))
-                .bind(&r.discard_note)
-                .bind(eff_producer)
-                .bind(eff_schema_version)
-                .bind(eff_event_id)
-                // A worker's BLOB id of these bytes is this dead letter too (see below).
-                .bind(id_bytes(&r.id))
-                .bind(&r.revision_of)
-                .execute(&mut *tx)
-                .await;
-            match res {
-                Ok(done) if done.rows_affected() == 0 && skip_existing => {
-                    report.skipped_existing += 1
-                }
-                // Only a BLOB id of the same bytes stops a plain INSERT without an error.
-                Ok(done) if done.rows_affected() == 0 => {
-                    return Err(DlqError::usage(format!(
-                        "line {}: field id: a dead letter with id {:?} already exists, its id stored as bytes by a worker (nothing was imported; use --skip-existing to keep the existing rows)",
-                        r.line, r.id
-                    )));
-                }
-                Ok(_) => {
-                    report.imported += 1;
-                    import_history::<Sqlite>(&mut tx, &r).await.map_err(|e| {
-                        DlqError::other(format!(
-                            "line {}: {} (nothing was imported)",
-                            r.line,
-                            self.err()(e)
-                        ))
-                    })?;
-                }
-                Err(e)
-                    if e.as_database_error()
-                        .map(|d| d.is_unique_violation())
-                        .unwrap_or(false) =>
-                {
-                    return Err(DlqError::usage(format!(
-                        "line {}: field id: a dead letter with id {:?} already exists (nothing was imported; use --skip-existing to keep the existing rows)",
-                        r.line, r.id
-                    )));
-                }
-                Err(e) => {
-                    return Err(DlqError::other(format!(
-                        "line {}: {} (nothing was imported)",
-                        r.line,
-                        self.err()(e)
-                    )))
-                }
-            }
-        }
-        tx.commit().await.map_err(self.err())?;
-        Ok(report)
+        self.import_in_batches(rows, skip_existing).await
     }
 
     async fn claim(
@@ -623,6 +546,9 @@ async fn insert_captured(
     qb.build().execute(&mut *conn).await?;
     Ok(())
 }
+
+#[path = "sqlite_import.rs"]
+mod import;
 
 #[cfg(test)]
 #[path = "sqlite_tests.rs"]

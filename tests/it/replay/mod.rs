@@ -1,6 +1,7 @@
 //! `dlq replay` of one dead letter (by ID or hand-taken token): the claim, the attempt, the
 //! publish with confirms, and how each outcome is settled and reported.
 
+mod busy_claim;
 mod confirms;
 mod headers;
 mod interrupts;

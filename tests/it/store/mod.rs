@@ -4,6 +4,7 @@
 mod contention;
 mod identity;
 mod identity_rule;
+mod import_batches;
 mod migrations;
 mod sqlite_rows;
 mod upgrade;
