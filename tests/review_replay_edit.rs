@@ -1,0 +1,112 @@
+//! Review of revisions (`dlq edit`) and careful plan runs: what tried to make one
+//! business event go out twice, through an original and its revision.
+
+mod common;
+use common::*;
+
+/// A pending dead letter of `queue` with event `evt-ID` and a JSON body.
+fn add(db: &TestDb, id: &str, queue: &str) {
+    db.add(letter(id, queue, br#"{"amount": "1,50"}"#));
+}
+
+/// Edits `id` (a one-field fix) and returns its revision's ID.
+fn revise(db: &TestDb, id: &str) -> String {
+    let r = db.dlq(&[
+        "edit",
+        id,
+        "--note",
+        "fix the amount",
+        "--set",
+        r#"amount="1.50""#,
+    ]);
+    assert_eq!(r.code, 0, "edit {id}: {}", r.all());
+    r.json()["revision_id"].as_str().unwrap().to_string()
+}
+
+fn replay(db: &TestDb, id: &str) -> Run {
+    db.dlq(&["replay", id, "--yes"])
+}
+
+/// The messages of `queue` that carry event `event` (by message_id).
+fn of_event(msgs: &[Received], event: &str) -> usize {
+    msgs.iter()
+        .filter(|m| m.message_id.as_deref() == Some(event))
+        .count()
+}
+
+/// Once broke: `prune` deleted a replayed revision, and with it the only trace
+/// (`revision_of`) that `restore` looked at, so the revised original could be made
+/// pending again and replayed: the event went out through both copies.
+#[test]
+fn a_revised_original_stays_set_aside_after_its_revision_is_pruned() {
+    for b in BACKENDS {
+        let db = TestDb::migrated(b);
+        let mut mq = Rabbit::new();
+        let q = mq.queue("dlq_rev_prune");
+        add(&db, "orig", &q);
+        let rev = revise(&db, "orig");
+        let r = replay(&db, &rev);
+        assert_eq!(r.code, 0, "{b:?} replay of the revision: {}", r.all());
+        std::thread::sleep(std::time::Duration::from_millis(1200));
+        let r = db.dlq(&[
+            "prune",
+            "--older-than",
+            "1s",
+            "--state",
+            "replayed",
+            "--yes",
+        ]);
+        assert_eq!(r.code, 0, "{b:?} prune: {}", r.all());
+        assert_eq!(r.json()["deleted"], 1, "{b:?} the revision is pruned");
+        let r = db.dlq(&["restore", "orig", "--note", "looks stuck", "--yes"]);
+        assert_eq!(
+            r.code,
+            3,
+            "{b:?} a revised original must not become pending again: {}",
+            r.all()
+        );
+        assert_eq!(db.show("orig")["state"], "discarded", "{b:?}");
+        // Whatever the operator does next, the event is out once.
+        replay(&db, "orig");
+        assert_eq!(of_event(&mq.drain(&q), "evt-orig"), 1, "{b:?}");
+    }
+}
+
+/// The same through a chain: the revision was itself revised, and `prune --state
+/// discarded` removed the middle link, so the first original lost its guard.
+#[test]
+fn a_revised_original_stays_set_aside_after_the_middle_of_a_chain_is_pruned() {
+    for b in BACKENDS {
+        let db = TestDb::migrated(b);
+        let mut mq = Rabbit::new();
+        let q = mq.queue("dlq_rev_chain");
+        add(&db, "first", &q);
+        let middle = revise(&db, "first");
+        let r = db.dlq(&["edit", &middle, "--note", "again", "--set", "extra=1"]);
+        assert_eq!(r.code, 0, "{b:?} edit of the revision: {}", r.all());
+        let last = r.json()["revision_id"].as_str().unwrap().to_string();
+        std::thread::sleep(std::time::Duration::from_millis(1200));
+        // Only the middle link: its discarded_at is the newest of the two discarded.
+        let r = db.dlq(&[
+            "prune",
+            "--older-than",
+            "1s",
+            "--state",
+            "discarded",
+            "--revisions",
+            "--yes",
+        ]);
+        assert_eq!(r.code, 0, "{b:?} prune: {}", r.all());
+        assert_eq!(
+            r.json()["deleted"],
+            1,
+            "{b:?} the middle revision is pruned"
+        );
+        let r = db.dlq(&["restore", "first", "--note", "looks stuck", "--yes"]);
+        assert_eq!(r.code, 3, "{b:?} restore of the first: {}", r.all());
+        replay(&db, "first");
+        let r = replay(&db, &last);
+        assert_eq!(r.code, 0, "{b:?} the last revision replays: {}", r.all());
+        assert_eq!(of_event(&mq.drain(&q), "evt-first"), 1, "{b:?}");
+    }
+}
