@@ -248,6 +248,7 @@ impl Store for SqliteStore {
     async fn import(&self, rows: Vec<NewDeadLetter>, skip_existing: bool) -> Result<ImportReport> {
         let mut tx = self.begin_write().await?;
         let mut report = ImportReport::default();
+        let mut imported = Vec::new();
         let sql = format!(
             "INSERT {} INTO dead_letters (id, body, reason, attempts, headers_json, replayed_at, \
              replay_claim_owner, replay_claim_expires_at, last_replay_error, event_id, error, \
@@ -304,6 +305,7 @@ impl Store for SqliteStore {
                 }
                 Ok(_) => {
                     report.imported += 1;
+                    imported.push(r.id.clone());
                     import_history::<Sqlite>(&mut tx, &r).await.map_err(|e| {
                         DlqError::other(format!(
                             "line {}: {} (nothing was imported)",
@@ -330,6 +332,12 @@ impl Store for SqliteStore {
                     )))
                 }
             }
+        }
+        if let Some(pair) = super::revise::live_pair::<Sqlite>(&mut tx, &imported)
+            .await
+            .map_err(self.err())?
+        {
+            return Err(super::revise::live_pair_refused(pair));
         }
         tx.commit().await.map_err(self.err())?;
         Ok(report)
