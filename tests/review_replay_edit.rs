@@ -169,3 +169,41 @@ fn import_never_makes_an_original_and_its_revision_both_replayable() {
         assert_eq!(dst.ids(&["--state", "pending"]), vec![rev.clone()], "{b:?}");
     }
 }
+
+/// Once broke: `edit --plan --plan-out` with a path it cannot write made every revision,
+/// then failed (exit 2, "bad arguments") with no summary and no plan of them: the
+/// reviewed plan was spent and nothing said which revisions to replay. The path is
+/// checked before anything is edited.
+#[test]
+fn edit_plan_with_an_unwritable_plan_out_edits_nothing() {
+    let db = TestDb::migrated(Backend::Sqlite);
+    for id in ["a", "b", "c"] {
+        add(&db, id, "dlq_rev_planout");
+    }
+    let plan = db.plan_file(&["--reason", "retries_exhausted"]);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("no-such-dir").join("revisions.json");
+    let r = db.dlq(&[
+        "edit",
+        "--plan",
+        plan.path().to_str().unwrap(),
+        "--set",
+        r#"amount="1.50""#,
+        "--note",
+        "fix",
+        "--yes",
+        "--plan-out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(r.code, 2, "{}", r.all());
+    assert!(r.stderr.contains("--plan-out"), "{}", r.all());
+    assert!(
+        db.ids(&["--revisions", "--state", "all"]).is_empty(),
+        "no revision made"
+    );
+    assert_eq!(
+        db.ids(&["--state", "pending"]).len(),
+        3,
+        "the originals are as they were"
+    );
+}
