@@ -353,6 +353,7 @@ fn revision(row: &DeadLetter, after: Content, opts: &EditOptions) -> NewRevision
         plan_id: opts.plan_id.clone(),
     };
     let history = vec![
+        // `restore` reads this prefix (store::NOT_REVISED): keep it as it is.
         entry(&s.id, detail(&format!("revised as {id}"))),
         entry(&id, detail(&format!("revision of {}", s.id))),
     ];

@@ -501,9 +501,14 @@ pub fn is_v1_token(token: &str) -> bool {
 }
 
 /// A row no revision was made of: `restore` never makes a revised original pending again
-/// (its revision carries the event; both could then be replayed).
+/// (its revision carries the event; both could then be replayed). Its own history says
+/// so too ("revised as", see [`crate::revise`]): `prune` may have deleted the revision
+/// (replayed, or revised in turn and discarded), and with it `revision_of`.
 pub(crate) const NOT_REVISED: &str = "NOT EXISTS (SELECT 1 FROM dead_letters r \
-     WHERE r.revision_of = dead_letters.id)";
+     WHERE r.revision_of = dead_letters.id) \
+     AND NOT EXISTS (SELECT 1 FROM dead_letter_history h \
+     WHERE h.dead_letter_id = dead_letters.id AND h.action = 'edit' \
+     AND h.detail LIKE 'revised as %')";
 
 /// Transient database errors: worth retrying a protocol write that must not be lost.
 pub fn is_transient(e: &DlqError) -> bool {

@@ -319,6 +319,7 @@ impl Store for PgStore {
     async fn import(&self, rows: Vec<NewDeadLetter>, skip_existing: bool) -> Result<ImportReport> {
         let mut tx = self.pool.begin().await.map_err(db_error)?;
         let mut report = ImportReport::default();
+        let mut imported = Vec::new();
         for mut r in rows {
             let sql = format!(
                 "INSERT INTO dead_letters (id, body, reason, attempts, headers_json, replayed_at, \
@@ -364,6 +365,7 @@ impl Store for PgStore {
                 Ok(done) if done.rows_affected() == 0 => report.skipped_existing += 1,
                 Ok(_) => {
                     report.imported += 1;
+                    imported.push(r.id.clone());
                     import_history::<Postgres>(&mut tx, &r).await.map_err(|e| {
                         DlqError::other(format!(
                             "line {}: {} (nothing was imported)",
@@ -388,6 +390,12 @@ impl Store for PgStore {
                     )))
                 }
             }
+        }
+        if let Some(pair) = super::revise::live_pair::<Postgres>(&mut tx, &imported)
+            .await
+            .map_err(db_error)?
+        {
+            return Err(super::revise::live_pair_refused(pair));
         }
         tx.commit().await.map_err(db_error)?;
         Ok(report)

@@ -9,7 +9,7 @@
 
 use super::read::{state_of, Backend, Bind, Decoded, Dialect};
 use super::NewDeadLetter;
-use crate::error::Result;
+use crate::error::{DlqError, Result};
 use crate::model::{NewHistory, State};
 use async_trait::async_trait;
 use futures_util::TryStreamExt;
@@ -152,4 +152,43 @@ async fn insert_history<D: Dialect>(
     }
     D::fetch(conn, qb.build()).try_collect::<Vec<_>>().await?;
     Ok(())
+}
+
+/// After an import of `ids`, in its transaction: a (revision, original) pair of which one
+/// was imported and neither is set aside (discarded) nor both replayed, so that the event
+/// could go out through both (an export of the original taken before its edit, imported
+/// beside the export of the revision). The import refuses it ([`live_pair_refused`]).
+pub(crate) async fn live_pair<D: Dialect>(
+    conn: &mut D::Connection,
+    ids: &[String],
+) -> Decoded<Option<(String, String)>> {
+    if ids.is_empty() {
+        return Ok(None);
+    }
+    let mut qb = QueryBuilder::new(
+        "SELECT r.id AS rid, r.revision_of AS oid FROM dead_letters r \
+         WHERE r.revision_of IS NOT NULL AND r.discarded_at IS NULL \
+         AND (r.id IN (SELECT id FROM dead_letters WHERE ",
+    );
+    D::push_ids(&mut qb, ids);
+    qb.push(") OR r.revision_of IN (SELECT id FROM dead_letters WHERE ");
+    D::push_ids(&mut qb, ids);
+    qb.push(
+        ")) AND EXISTS (SELECT 1 FROM dead_letters o WHERE o.id = r.revision_of \
+         AND o.discarded_at IS NULL AND (o.replayed_at IS NULL OR r.replayed_at IS NULL)) \
+         LIMIT 1",
+    );
+    let rows = D::fetch(conn, qb.build()).try_collect::<Vec<_>>().await?;
+    let Some(row) = rows.first() else {
+        return Ok(None);
+    };
+    let text = |col| D::text(row, col, true).map(Option::unwrap_or_default);
+    Ok(Some((text("rid")?, text("oid")?)))
+}
+
+/// Why an import with a [`live_pair`] imported nothing.
+pub(crate) fn live_pair_refused((rid, oid): (String, String)) -> DlqError {
+    DlqError::usage(format!(
+        "dead letter {rid:?} is a revision of {oid:?}, and neither is set aside: both could be replayed, one event twice (nothing was imported); import the original as `dlq export` writes it after the edit (discarded), or leave one of them out"
+    ))
 }

@@ -55,6 +55,9 @@ async fn edit_all(
         body,
         headers: header_edits(args)?,
     };
+    if let Some(out) = args.plan_out.as_deref().filter(|_| !args.dry_run) {
+        writable(out)?;
+    }
     if !args.dry_run && !consent(ctx, args.yes, plan.items.len()).await? {
         return Err(DlqError::usage("not confirmed: nothing was edited").into());
     }
@@ -134,6 +137,27 @@ async fn edit_all(
         }
     }
     Ok(code)
+}
+
+/// Fails unless `out` can be written, before anything is edited: a plan of revisions
+/// that cannot be written after they were made leaves them with no plan to replay.
+fn writable(out: &Path) -> Result<()> {
+    let existed = out.exists();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(out)
+        .map_err(|e| {
+            DlqError::usage(format!(
+                "cannot write --plan-out {}: {e} (nothing was edited)",
+                out.display()
+            ))
+        })?;
+    if !existed {
+        let _ = std::fs::remove_file(out);
+    }
+    Ok(())
 }
 
 /// A plan of the revisions made, bound to this database, sealed as `dlq plan` seals one.

@@ -166,6 +166,7 @@ const SHOW_JSON: &str = r#"{
   "replay_attempt_at": null,
   "discarded_at": null,
   "discard_note": null,
+  "revision_of": null,
   "state": "pending",
   "headers": {
     "n": 1.5,
@@ -177,6 +178,7 @@ const SHOW_JSON: &str = r#"{
   "body_bytes": 63,
   "settling_until": null,
   "settling": null,
+  "revised_as": null,
   "history": []
 }
 "#;
@@ -200,6 +202,7 @@ const SHOW_BIN_JSON: &str = r#"{
   "replay_attempt_at": null,
   "discarded_at": null,
   "discard_note": null,
+  "revision_of": null,
   "state": "pending",
   "headers": {},
   "body_base64": "AAEC//6AQUIKGwABAv/+gEFCChsAAQL//oBBQgobAAEC//6AQUIKGwABAv/+gEFCChsAAQL//oBBQgobAAEC//6AQUIKGw==",
@@ -207,6 +210,7 @@ const SHOW_BIN_JSON: &str = r#"{
   "body_bytes": 70,
   "settling_until": null,
   "settling": null,
+  "revised_as": null,
   "history": []
 }
 "#;

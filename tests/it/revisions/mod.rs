@@ -6,6 +6,7 @@ use crate::common::*;
 mod editor;
 mod plan;
 mod race;
+mod set_aside;
 
 /// A pending dead letter whose body is `body` (JSON text or bytes).
 pub fn add(db: &TestDb, id: &str, body: &[u8]) {

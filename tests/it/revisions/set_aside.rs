@@ -1,0 +1,209 @@
+//! A revised original stays set aside whatever happens to its revision afterwards
+//! (prune, export and import, a failed `edit --plan`): one business event never goes out
+//! through both copies.
+
+use crate::common::*;
+
+/// A pending dead letter of `queue` with event `evt-ID` and a JSON body.
+fn add(db: &TestDb, id: &str, queue: &str) {
+    db.add(letter(id, queue, br#"{"amount": "1,50"}"#));
+}
+
+/// Edits `id` (a one-field fix) and returns its revision's ID.
+fn revise(db: &TestDb, id: &str) -> String {
+    let r = db.dlq(&[
+        "edit",
+        id,
+        "--note",
+        "fix the amount",
+        "--set",
+        r#"amount="1.50""#,
+    ]);
+    assert_eq!(r.code, 0, "edit {id}: {}", r.all());
+    r.json()["revision_id"].as_str().unwrap().to_string()
+}
+
+fn replay(db: &TestDb, id: &str) -> Run {
+    db.dlq(&["replay", id, "--yes"])
+}
+
+/// The messages of `queue` that carry event `event` (by message_id).
+fn of_event(msgs: &[Received], event: &str) -> usize {
+    msgs.iter()
+        .filter(|m| m.message_id.as_deref() == Some(event))
+        .count()
+}
+
+/// Once broke: `prune` deleted a replayed revision, and with it the only trace
+/// (`revision_of`) that `restore` looked at, so the revised original could be made
+/// pending again and replayed: the event went out through both copies.
+#[test]
+fn a_revised_original_stays_set_aside_after_its_revision_is_pruned() {
+    for b in BACKENDS {
+        let db = TestDb::migrated(b);
+        let mut mq = Rabbit::new();
+        let q = mq.queue("dlq_rev_prune");
+        add(&db, "orig", &q);
+        let rev = revise(&db, "orig");
+        let r = replay(&db, &rev);
+        assert_eq!(r.code, 0, "{b:?} replay of the revision: {}", r.all());
+        std::thread::sleep(std::time::Duration::from_millis(1200));
+        let r = db.dlq(&[
+            "prune",
+            "--older-than",
+            "1s",
+            "--state",
+            "replayed",
+            "--yes",
+        ]);
+        assert_eq!(r.code, 0, "{b:?} prune: {}", r.all());
+        assert_eq!(r.json()["deleted"], 1, "{b:?} the revision is pruned");
+        let r = db.dlq(&["restore", "orig", "--note", "looks stuck", "--yes"]);
+        assert_eq!(
+            r.code,
+            3,
+            "{b:?} a revised original must not become pending again: {}",
+            r.all()
+        );
+        assert_eq!(db.show("orig")["state"], "discarded", "{b:?}");
+        // Whatever the operator does next, the event is out once.
+        replay(&db, "orig");
+        assert_eq!(of_event(&mq.drain(&q), "evt-orig"), 1, "{b:?}");
+    }
+}
+
+/// The same through a chain: the revision was itself revised, and `prune --state
+/// discarded` removed the middle link, so the first original lost its guard.
+#[test]
+fn a_revised_original_stays_set_aside_after_the_middle_of_a_chain_is_pruned() {
+    for b in BACKENDS {
+        let db = TestDb::migrated(b);
+        let mut mq = Rabbit::new();
+        let q = mq.queue("dlq_rev_chain");
+        add(&db, "first", &q);
+        let middle = revise(&db, "first");
+        let r = db.dlq(&["edit", &middle, "--note", "again", "--set", "extra=1"]);
+        assert_eq!(r.code, 0, "{b:?} edit of the revision: {}", r.all());
+        let last = r.json()["revision_id"].as_str().unwrap().to_string();
+        std::thread::sleep(std::time::Duration::from_millis(1200));
+        // Only the middle link: its discarded_at is the newest of the two discarded.
+        let r = db.dlq(&[
+            "prune",
+            "--older-than",
+            "1s",
+            "--state",
+            "discarded",
+            "--revisions",
+            "--yes",
+        ]);
+        assert_eq!(r.code, 0, "{b:?} prune: {}", r.all());
+        assert_eq!(
+            r.json()["deleted"],
+            1,
+            "{b:?} the middle revision is pruned"
+        );
+        let r = db.dlq(&["restore", "first", "--note", "looks stuck", "--yes"]);
+        assert_eq!(r.code, 3, "{b:?} restore of the first: {}", r.all());
+        replay(&db, "first");
+        let r = replay(&db, &last);
+        assert_eq!(r.code, 0, "{b:?} the last revision replays: {}", r.all());
+        assert_eq!(of_event(&mq.drain(&q), "evt-first"), 1, "{b:?}");
+    }
+}
+
+/// `dlq export` of the rows `list_args` select, as a file for `import`.
+fn export(db: &TestDb, args: &[&str]) -> tempfile::NamedTempFile {
+    let mut a = vec!["export"];
+    a.extend_from_slice(args);
+    let r = db.dlq(&a);
+    assert_eq!(r.code, 0, "export: {}", r.all());
+    let f = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(f.path(), &r.stdout).unwrap();
+    f
+}
+
+/// Once broke: an export of the original taken before the edit (a backup) and one of its
+/// revision, imported into another store, made both pending: the event went out twice.
+/// In either order, and in one stream, the import that would make an original and its
+/// revision both replayable is refused and imports nothing.
+#[test]
+fn import_never_makes_an_original_and_its_revision_both_replayable() {
+    for b in BACKENDS {
+        let src = TestDb::migrated(b);
+        let mut mq = Rabbit::new();
+        let q = mq.queue("dlq_rev_import");
+        add(&src, "orig", &q);
+        let before = export(&src, &[]);
+        let rev = revise(&src, "orig");
+        let revisions = export(&src, &["--revisions"]);
+        let (before, revisions) = (
+            before.path().to_str().unwrap(),
+            revisions.path().to_str().unwrap(),
+        );
+        for order in [[before, revisions], [revisions, before]] {
+            let dst = TestDb::migrated(b);
+            let r = dst.dlq(&["import", order[0]]);
+            assert_eq!(r.code, 0, "{b:?} first import: {}", r.all());
+            let r = dst.dlq(&["import", order[1]]);
+            assert_eq!(r.code, 2, "{b:?} {order:?}: {}", r.all());
+            assert_eq!(
+                dst.ids(&["--state", "all"]).len(),
+                1,
+                "{b:?} nothing imported"
+            );
+            // One stream holding both is refused as a whole.
+            let dst = TestDb::migrated(b);
+            let both = [
+                std::fs::read(order[0]).unwrap(),
+                std::fs::read(order[1]).unwrap(),
+            ];
+            let r = dst.dlq_stdin(&["import", "-"], &both.concat());
+            assert_eq!(r.code, 2, "{b:?} one stream: {}", r.all());
+            assert!(dst.ids(&["--state", "all"]).is_empty(), "{b:?}");
+        }
+        // The whole store (the original set aside) moves as it is.
+        let dst = TestDb::migrated(b);
+        let all = export(&src, &[]);
+        let r = dst.dlq(&["import", all.path().to_str().unwrap()]);
+        assert_eq!(r.code, 0, "{b:?} whole export: {}", r.all());
+        assert_eq!(dst.ids(&["--state", "pending"]), vec![rev.clone()], "{b:?}");
+    }
+}
+
+/// Once broke: `edit --plan --plan-out` with a path it cannot write made every revision,
+/// then failed (exit 2, "bad arguments") with no summary and no plan of them: the
+/// reviewed plan was spent and nothing said which revisions to replay. The path is
+/// checked before anything is edited.
+#[test]
+fn edit_plan_with_an_unwritable_plan_out_edits_nothing() {
+    let db = TestDb::migrated(Backend::Sqlite);
+    for id in ["a", "b", "c"] {
+        add(&db, id, "dlq_rev_planout");
+    }
+    let plan = db.plan_file(&["--reason", "retries_exhausted"]);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("no-such-dir").join("revisions.json");
+    let r = db.dlq(&[
+        "edit",
+        "--plan",
+        plan.path().to_str().unwrap(),
+        "--set",
+        r#"amount="1.50""#,
+        "--note",
+        "fix",
+        "--yes",
+        "--plan-out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(r.code, 2, "{}", r.all());
+    assert!(r.stderr.contains("--plan-out"), "{}", r.all());
+    assert!(
+        db.ids(&["--revisions", "--state", "all"]).is_empty(),
+        "no revision made"
+    );
+    assert_eq!(
+        db.ids(&["--state", "pending"]).len(),
+        3,
+        "the originals are as they were"
+    );
+}
