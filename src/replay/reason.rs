@@ -109,6 +109,8 @@ pub enum Reason {
     ReleaseNotWritten { why: Box<Reason>, cause: String },
 }
 
+const NOTHING: &str = "nothing was published";
+
 impl Reason {
     /// What the operator can do next, if anything: the last step the detail names.
     pub fn next(&self, id: &str) -> Option<NextStep> {
@@ -132,8 +134,8 @@ impl Reason {
         out
     }
 
+    /// Before anything was published: why not.
     fn write(&self, id: &str, s: &dyn Spell, o: &mut String) {
-        const NOTHING: &str = "nothing was published";
         let _ = match self {
             Reason::NotFound => write!(o, "no dead letter with id {id:?}"),
             Reason::Unavailable { why, token_refused } => {
@@ -177,6 +179,13 @@ impl Reason {
                 o,
                 "sending took longer than the attempt's lease check allowed; {NOTHING}"
             ),
+            _ => return self.write_settled(id, s, o),
+        };
+    }
+
+    /// Handed to the broker (or wrapping another reason): how it settled.
+    fn write_settled(&self, id: &str, s: &dyn Spell, o: &mut String) {
+        let _ = match self {
             Reason::PublishFailed { cause } => write!(o, "{cause}"),
             Reason::AwaitingConfirm => write!(o, "published; awaiting the confirm"),
             Reason::Replayed { target } => write!(
@@ -217,6 +226,8 @@ impl Reason {
                     s.next(&NextStep::ResolveNotDelivered { id: id.into() })
                 )
             }
+            // The rest are written by `write`, which hands these here.
+            _ => Ok(()),
         };
     }
 }
