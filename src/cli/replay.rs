@@ -204,6 +204,7 @@ pub async fn run(ctx: &Ctx, args: ReplayArgs) -> Result<u8> {
         settle_timeout: ctx.global.settle_timeout,
         interrupts: Default::default(),
         notices: notices(ctx.global.settle_timeout),
+        spell: std::sync::Arc::new(super::report::Commands),
     };
     let publisher_opts = PublisherOptions {
         connect_timeout: ctx.global.connect_timeout,

@@ -8,9 +8,71 @@ use super::prompt::{confirm, require_consent};
 use super::Result;
 use super::{Ctx, Format};
 use dlq::model::{IdStorage, NewHistory, Outcome, State};
-use dlq::replay::{why_unavailable, ItemReport};
+use dlq::replay::{why_unavailable, ItemReport, NextStep, Spell};
 use dlq::store::Store;
 use serde::Serialize;
+
+/// The CLI's spelling of what an operator does next: the command to type.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Commands;
+
+impl Spell for Commands {
+    fn next(&self, step: &NextStep) -> String {
+        match step {
+            NextStep::ShowRow => "`dlq show`".into(),
+            NextStep::Resolve => "`dlq resolve`".into(),
+            NextStep::ResolveEither { id } => {
+                format!("`dlq resolve {id} --delivered|--not-delivered`")
+            }
+            NextStep::ResolveDelivered { id } => format!("`dlq resolve {id} --delivered`"),
+            NextStep::ResolveNotDelivered { id } => format!("`dlq resolve {id} --not-delivered`"),
+            NextStep::GiveTarget => "give --routing-key".into(),
+            NextStep::ReleaseClaim => "`dlq release`".into(),
+        }
+    }
+
+    fn given_claim(&self) -> String {
+        "the claim given with --token".into()
+    }
+}
+
+/// Why `row` is not available, with the commands to type.
+pub fn unavailable_words(row: &dlq::model::Summary, now: chrono::DateTime<chrono::Utc>) -> String {
+    why_unavailable(row, now).render(&Commands)
+}
+
+/// A replay item's report as printed (JSON lines and `--output json` alike).
+#[derive(Serialize)]
+pub struct ItemView<'a> {
+    pub id: &'a str,
+    pub outcome: Outcome,
+    pub detail: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub event_id: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub plan_id: Option<&'a str>,
+}
+
+impl<'a> ItemView<'a> {
+    pub fn of(r: &'a ItemReport) -> Self {
+        ItemView {
+            id: &r.id,
+            outcome: r.outcome,
+            detail: r.reason.render(&r.id, &Commands),
+            event_id: r.event_id.as_deref(),
+            target: r.target.as_deref(),
+            plan_id: r.plan_id.as_deref(),
+        }
+    }
+
+    /// The one text line of the report.
+    pub fn line(&self) -> String {
+        dlq::sanitize::line(&format!("{}: {} ({})", self.id, self.outcome, self.detail))
+            .into_owned()
+    }
+}
 
 #[derive(Serialize)]
 pub struct StepReport {
@@ -56,7 +118,7 @@ impl StepReport {
                     (Outcome::NotClaimed, State::Uncertain) => Outcome::Uncertain,
                     _ => outcome,
                 },
-                format!("{prefix}{}", why_unavailable(row, store.now().await?)),
+                format!("{prefix}{}", unavailable_words(row, store.now().await?)),
             ),
         })
     }
@@ -122,12 +184,10 @@ pub fn emit(ctx: &Ctx, r: &StepReport) -> u8 {
 
 /// Prints a replay item's report and returns its exit code.
 pub fn emit_item(ctx: &Ctx, r: &ItemReport) -> u8 {
+    let view = ItemView::of(r);
     match ctx.format {
-        Format::Json => ctx.out.json(r),
-        _ => ctx.out.text(&format!(
-            "{}\n",
-            dlq::sanitize::line(&format!("{}: {} ({})", r.id, r.outcome, r.detail))
-        )),
+        Format::Json => ctx.out.json(&view),
+        _ => ctx.out.text(&format!("{}\n", view.line())),
     }
     r.outcome.exit_code()
 }
@@ -251,7 +311,7 @@ where
                     Some(row) => {
                         let why = match (row.state, row.id_storage) {
                             (State::Pending, IdStorage::Text) => "it is pending".to_string(),
-                            _ => why_unavailable(row, store.now().await?),
+                            _ => unavailable_words(row, store.now().await?),
                         };
                         StepReport::new(id, change.not_done, format!("{}{why}", change.refused))
                     }

@@ -1,187 +1,16 @@
-//! Settling when the database does not answer: how long a protocol write (a mark, a
-//! release, the note of doubt, a claim on a busy SQLite file) is retried, what the
-//! operator is told at once, and how an interrupt during that wait ends it. The batch's
-//! release and note of doubt (steps 5 and 6) live here too, with their retry.
-//!
-//! Why bounded: a mark retried until the lease ends waited five minutes in silence
-//! while the operator could not tell what dlq was doing. `--settle-timeout` bounds the
-//! wait; the first failure says, once, what is retried and until when (the library
-//! sends a [`Notice`]; the CLI words it); a signal that arrives during the wait ends it
-//! at once, leaving the rows `uncertain` (never a mark that may or may not have been
-//! written reported as one or the other).
+//! Steps 4 to 6, settling what was handed to the broker: mark what it confirmed,
+//! release what certainly failed (or was never sent), leave the rest `uncertain` with
+//! its [`Reason`]. Each write is retried while the database does not answer
+//! ([`super::retry`]); once the database is given up on, later writes are not tried.
 
-use super::why::why_unavailable;
-use super::Batch;
-use crate::error::DlqError;
-use crate::model::{NewHistory, Outcome, State, Summary};
-use crate::store::{is_transient, LeaseAfter, Store};
-use chrono::{DateTime, Utc};
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
-use std::time::Duration;
+use super::reason::Reason;
+use super::retry::{busy, cause_text, retrying, transient, Bounds, Settled, Step};
+use super::{Batch, Notice};
+use crate::model::{NewHistory, Outcome, State};
+use crate::publisher::PublishResult;
+use crate::store::{LeaseAfter, Store};
+use std::collections::{HashMap, HashSet};
 use tokio::time::Instant;
-
-/// `--settle-timeout`'s default.
-pub const DEFAULT_SETTLE_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// The protocol write being retried.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Step {
-    Claim,
-    /// Marking confirmed publishes replayed.
-    Mark,
-    /// Releasing rows that were certainly not published.
-    Release,
-    /// Recording why the outcome is unknown.
-    Uncertain,
-}
-
-/// Something the operator must hear at once, not only in the report at the end.
-#[derive(Debug, Clone)]
-pub enum Notice {
-    /// A write failed for a transient reason and is retried until `until`.
-    Retrying {
-        step: Step,
-        rows: usize,
-        until: DateTime<Utc>,
-        cause: String,
-    },
-    /// Rows whose doubt could not be written (they show `uncertain` all the same: their
-    /// attempt is recorded; what is missing is the reason).
-    NotRecorded { rows: usize, cause: String },
-}
-
-/// Where notices go (the CLI prints them on stderr); by default nowhere.
-#[derive(Clone, Default)]
-pub struct Notices(Option<Arc<NoticeFn>>);
-
-type NoticeFn = dyn Fn(&Notice) + Send + Sync;
-
-impl Notices {
-    pub fn new(f: impl Fn(&Notice) + Send + Sync + 'static) -> Self {
-        Notices(Some(Arc::new(f)))
-    }
-
-    pub fn send(&self, n: &Notice) {
-        if let Some(f) = &self.0 {
-            f(n)
-        }
-    }
-}
-
-impl std::fmt::Debug for Notices {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Notices")
-    }
-}
-
-/// How a retried write ended.
-pub enum Settled<T> {
-    Done(T),
-    /// It failed for good, or for as long as it was allowed to be retried.
-    Failed(DlqError),
-    /// A signal came during the write or the wait: whether the write happened is unknown.
-    Abandoned,
-}
-
-/// What bounds a retried write.
-pub struct Bounds<'a> {
-    pub until: Instant,
-    /// Signals seen so far (SIGINT, SIGTERM); one that arrives during the wait ends it.
-    pub interrupts: &'a AtomicUsize,
-    pub notices: &'a Notices,
-    pub step: Step,
-    pub rows: usize,
-    /// Which errors are worth another try (a claim retries only a busy file).
-    pub retry: fn(&DlqError) -> bool,
-}
-
-/// Runs `op` until it succeeds, fails for good, `until` passes, or a signal arrives.
-/// The protocol writes are token-guarded and idempotent, so a retry after a lost reply
-/// is safe. At least one try; the first failure sends [`Notice::Retrying`]; a signal
-/// that arrives after it (the retries, the pauses) ends the wait.
-pub async fn retrying<T, F, Fut>(b: Bounds<'_>, mut op: F) -> Settled<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = crate::error::Result<T>>,
-{
-    let seen = b.interrupts.load(Ordering::SeqCst);
-    let interrupted = || b.interrupts.load(Ordering::SeqCst) != seen;
-    let mut pause = Duration::from_millis(50);
-    let mut told = false;
-    loop {
-        // The first try is the settlement itself, which a Ctrl-C waits for; only the
-        // retries are the wait that a signal ends.
-        let tried = match told {
-            false => op().await,
-            true => match until_signal(&interrupted, op()).await {
-                None => return Settled::Abandoned,
-                Some(r) => r,
-            },
-        };
-        match tried {
-            Ok(v) => return Settled::Done(v),
-            Err(e) if (b.retry)(&e) && Instant::now() + pause < b.until => {
-                if !told {
-                    told = true;
-                    let left = b.until.saturating_duration_since(Instant::now());
-                    b.notices.send(&Notice::Retrying {
-                        step: b.step,
-                        rows: b.rows,
-                        until: Utc::now() + chrono::Duration::from_std(left).unwrap_or_default(),
-                        cause: cause_text(&e),
-                    });
-                }
-                tracing::debug!("retrying in {pause:?}: {e}");
-                if until_signal(&interrupted, tokio::time::sleep(pause))
-                    .await
-                    .is_none()
-                {
-                    return Settled::Abandoned;
-                }
-                pause = (pause * 2).min(Duration::from_secs(2));
-            }
-            Err(e) => return Settled::Failed(e),
-        }
-    }
-}
-
-/// Transient errors: the default retry rule.
-pub fn transient(e: &DlqError) -> bool {
-    is_transient(e)
-}
-
-/// A busy SQLite file: the one error a claim retries (it surely changed nothing).
-pub fn busy(e: &DlqError) -> bool {
-    matches!(e, DlqError::Busy(_))
-}
-
-/// An error's text for a notice or a report, without the advice meant for a command
-/// that stops ("nothing was changed, try again" is false once something was sent).
-pub fn cause_text(e: &DlqError) -> String {
-    match e {
-        DlqError::Busy(_) => "the database is locked by another writer".into(),
-        other => other.to_string(),
-    }
-}
-
-async fn until_signal<T>(
-    interrupted: &impl Fn() -> bool,
-    fut: impl std::future::Future<Output = T>,
-) -> Option<T> {
-    tokio::pin!(fut);
-    loop {
-        tokio::select! {
-            v = &mut fut => return Some(v),
-            _ = tokio::time::sleep(Duration::from_millis(25)) => {
-                if interrupted() {
-                    return None;
-                }
-            }
-        }
-    }
-}
 
 impl<'a> Batch<'a> {
     /// How a settle write of `rows` rows is retried: for the settle timeout, and never
@@ -230,48 +59,126 @@ impl<'a> Batch<'a> {
         }
     }
 
-    /// Rows the attempt step did not take (step 2, zero rows): released as
-    /// `not_replayed`, unless another run's attempt is open on one now (two holders of one
-    /// hand-taken token both passed the claim): that row is `uncertain`, as a claim that
-    /// finds an open attempt says, never "not replayed" for what may be out.
-    pub(super) async fn not_attempted(
+    /// 4, 5 and 6. Mark what the broker confirmed, release what certainly failed, and
+    ///    leave the rest `uncertain`, recording why.
+    pub(super) async fn settle(
         &mut self,
         store: &dyn Store,
-        ids: &[String],
-        token: &str,
-        why: &str,
+        results: Vec<(String, PublishResult)>,
     ) {
-        if ids.is_empty() {
-            return;
-        }
-        let open: HashMap<String, Summary> = match store.summaries(ids).await {
-            Ok(rows) => rows
-                .into_iter()
-                .filter(|s| s.state == State::Uncertain)
-                .map(|s| (s.id.clone(), s))
-                .collect(),
-            Err(_) => HashMap::new(),
-        };
-        let now = match open.is_empty() {
-            true => Utc::now(),
-            false => store.now().await.unwrap_or_else(|_| Utc::now()),
-        };
-        let mut rest = Vec::new();
-        for id in ids {
-            let Some(row) = open.get(id) else {
-                rest.push(id.clone());
-                continue;
+        let confirmed: Vec<String> = results
+            .iter()
+            .filter(|(_, r)| *r == PublishResult::Confirmed)
+            .map(|(id, _)| id.clone())
+            .collect();
+        self.mark(store, &confirmed).await;
+        for (id, result) in results {
+            let token = self.attempt_tokens[&id].clone();
+            let ids = std::slice::from_ref(&id);
+            let (cause, in_flight) = match result {
+                PublishResult::Confirmed => continue,
+                PublishResult::Failed(cause) => {
+                    let why = Reason::PublishFailed { cause };
+                    self.release(store, ids, &token, Outcome::PublishFailed, why)
+                        .await;
+                    continue;
+                }
+                PublishResult::Uncertain(cause) => (cause, false),
+                PublishResult::Stalled(cause) => (cause, true),
             };
-            let detail = format!(
-                "{}; another replay attempted it first, nothing was published by this one",
-                why_unavailable(row, now)
-            );
-            let e = self.entry(id, "replay", Outcome::Uncertain, &detail, token);
-            self.history.push(e);
-            self.report(id, Outcome::Uncertain, detail);
+            let why = Reason::Unconfirmed {
+                cause,
+                event_id: self.rows[&id].summary.event_id.clone(),
+                in_flight,
+            };
+            let lease = match in_flight {
+                true => LeaseAfter::RunsOut,
+                false => LeaseAfter::EndsNow,
+            };
+            self.uncertain(store, ids, &token, why, lease).await;
         }
-        self.release(store, &rest, token, Outcome::NotReplayed, why)
-            .await;
+    }
+
+    /// 4. Mark replayed, grouped by token; a confirmed row that cannot be marked stays
+    ///    `uncertain`, saying that it WAS published.
+    async fn mark(&mut self, store: &dyn Store, confirmed: &[String]) {
+        let mut by_token: HashMap<String, Vec<String>> = HashMap::new();
+        for id in confirmed {
+            let t = self.attempt_tokens[id].clone();
+            by_token.entry(t).or_default().push(id.clone());
+        }
+        for (token, ids) in by_token {
+            let entries: Vec<NewHistory> = ids
+                .iter()
+                .map(|id| {
+                    let detail = self.words(id, &self.replayed(id));
+                    let mut e = self.entry(id, "replay", Outcome::Replayed, &detail, &token);
+                    e.target = self.reports[id].target.clone();
+                    e
+                })
+                .collect();
+            let result = match &self.gave_up {
+                Some(why) => Err(why.clone()),
+                None => {
+                    let bounds = self.bounds(Step::Mark, ids.len(), None);
+                    let r = retrying(bounds, || store.mark_replayed(&ids, &token, &entries)).await;
+                    self.settled(r)
+                }
+            };
+            let (marked, cause) = self.marked(store, &ids, result).await;
+            tracing::debug!("marked {} of {} replayed", marked.len(), ids.len());
+            for id in ids {
+                if marked.contains(&id) {
+                    let why = self.replayed(&id);
+                    self.report(&id, Outcome::Replayed, why);
+                    continue;
+                }
+                let why = Reason::MarkFailed {
+                    cause: cause.clone(),
+                };
+                let ids = std::slice::from_ref(&id);
+                self.uncertain(store, ids, &token, why, LeaseAfter::EndsNow)
+                    .await;
+            }
+        }
+    }
+
+    /// The rows of `ids` that are marked, and why the others are not. A mark whose reply
+    /// was lost and was retried finds the row already marked.
+    async fn marked(
+        &self,
+        store: &dyn Store,
+        ids: &[String],
+        result: Result<Vec<String>, String>,
+    ) -> (HashSet<String>, String) {
+        let (mut marked, cause): (HashSet<String>, String) = match result {
+            Ok(m) => (
+                m.into_iter().collect(),
+                "the row is no longer held by this replay".into(),
+            ),
+            Err(e) => (HashSet::new(), e),
+        };
+        let unmarked: Vec<String> = ids
+            .iter()
+            .filter(|i| !marked.contains(*i))
+            .cloned()
+            .collect();
+        if !unmarked.is_empty() && self.gave_up.is_none() {
+            if let Ok(rows) = store.summaries(&unmarked).await {
+                marked.extend(
+                    rows.into_iter()
+                        .filter(|r| r.state == State::Replayed)
+                        .map(|r| r.id),
+                );
+            }
+        }
+        (marked, cause)
+    }
+
+    fn replayed(&self, id: &str) -> Reason {
+        Reason::Replayed {
+            target: self.reports.get(id).and_then(|r| r.target.clone()),
+        }
     }
 
     /// 5. Clear lease and attempt: nothing was published.
@@ -281,7 +188,7 @@ impl<'a> Batch<'a> {
         ids: &[String],
         token: &str,
         outcome: Outcome,
-        why: &str,
+        why: Reason,
     ) {
         if ids.is_empty() {
             return;
@@ -289,40 +196,44 @@ impl<'a> Batch<'a> {
         if self.opts.token.as_deref() == Some(token) {
             // A claim taken by hand (`dlq claim`) stays with its holder: this run did not
             // take it, and nothing was attempted with it.
-            let why = format!("{why}; the claim given with --token stays held until its lease ends (`dlq release` gives it back)");
+            let why = Reason::ClaimKept(Box::new(why));
             for id in ids {
-                let e = self.entry(id, "replay", outcome, &why, token);
+                let e = self.entry(id, "replay", outcome, &self.words(id, &why), token);
                 self.history.push(e);
                 self.report(id, outcome, why.clone());
             }
             return;
         }
+        let words: HashMap<&String, String> =
+            ids.iter().map(|id| (id, self.words(id, &why))).collect();
         let entries: Vec<NewHistory> = ids
             .iter()
-            .map(|id| self.entry(id, "release", outcome, why, token))
+            .map(|id| self.entry(id, "release", outcome, &words[id], token))
             .collect();
         let released = match &self.gave_up {
-            Some(why) => Err(why.clone()),
+            Some(cause) => Err(cause.clone()),
             None => {
+                let error = words.get(&ids[0]).map(String::as_str);
                 let bounds = self.bounds(Step::Release, ids.len(), Some(self.lease_end));
-                let r = retrying(bounds, || store.release(ids, token, Some(why), &entries)).await;
+                let r = retrying(bounds, || store.release(ids, token, error, &entries)).await;
                 self.settled(r)
             }
         };
         for id in ids {
-            let note = match &released {
-                Ok(r) if r.contains(id) => String::new(),
+            let why = match &released {
+                Ok(r) if r.contains(id) => why.clone(),
                 Ok(_) => {
                     // Nothing held it any more (the lease had lapsed): still recorded.
-                    let e = self.entry(id, "replay", outcome, why, token);
+                    let e = self.entry(id, "replay", outcome, &words[id], token);
                     self.history.push(e);
-                    String::new()
+                    why.clone()
                 }
-                Err(e) => format!(
-                    "; the release could not be written ({e}): if it shows uncertain, nothing was published: `dlq resolve {id} --not-delivered`"
-                ),
+                Err(cause) => Reason::ReleaseNotWritten {
+                    why: Box::new(why.clone()),
+                    cause: cause.clone(),
+                },
             };
-            self.report(id, outcome, format!("{why}{note}"));
+            self.report(id, outcome, why);
         }
     }
 
@@ -333,23 +244,28 @@ impl<'a> Batch<'a> {
         store: &dyn Store,
         ids: &[String],
         token: &str,
-        why: &str,
+        why: Reason,
         lease: LeaseAfter,
     ) {
+        if ids.is_empty() {
+            return;
+        }
         let entries: Vec<NewHistory> = ids
             .iter()
             .map(|id| {
-                let mut e = self.entry(id, "replay", Outcome::Uncertain, why, token);
+                let detail = self.words(id, &why);
+                let mut e = self.entry(id, "replay", Outcome::Uncertain, &detail, token);
                 e.target = self.reports.get(id).and_then(|r| r.target.clone());
                 e
             })
             .collect();
         let noted = match &self.gave_up {
-            Some(why) => Err(why.clone()),
+            Some(cause) => Err(cause.clone()),
             None => {
+                let error = entries[0].detail.clone();
                 let bounds = self.bounds(Step::Uncertain, ids.len(), None);
                 let r = retrying(bounds, || {
-                    store.settle_uncertain(ids, token, why, lease, &entries)
+                    store.settle_uncertain(ids, token, &error, lease, &entries)
                 })
                 .await;
                 self.settled(r)
@@ -360,7 +276,7 @@ impl<'a> Batch<'a> {
             self.not_recorded += ids.len();
         }
         for id in ids {
-            self.report(id, Outcome::Uncertain, why.to_string());
+            self.report(id, Outcome::Uncertain, why.clone());
         }
     }
 }

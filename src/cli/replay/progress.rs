@@ -2,6 +2,7 @@
 //! outcome, the current rate, what the run waits for); otherwise one JSON line per item on
 //! stdout and, on stderr, one line when a wait (canary, target depth) starts and ends.
 
+use super::super::report::ItemView;
 use super::super::Ctx;
 use dlq::model::Outcome;
 use dlq::plan::RunEvent;
@@ -47,16 +48,13 @@ impl<'a> Progress<'a> {
         match e {
             RunEvent::Item(r, summary) => {
                 let Some(pb) = &self.bar else {
-                    return self.ctx.out.json_line(r);
+                    return self.ctx.out.json_line(&ItemView::of(r));
                 };
                 *self.counts.entry(r.outcome).or_default() += 1;
                 self.switches = summary.node_switches;
                 pb.inc(1);
                 if r.outcome != Outcome::Replayed {
-                    pb.println(dlq::sanitize::line(&format!(
-                        "{}: {} ({})",
-                        r.id, r.outcome, r.detail
-                    )));
+                    pb.println(ItemView::of(r).line());
                 }
             }
             RunEvent::CanaryWait { sent, wait } => {

@@ -8,6 +8,8 @@ use std::time::Duration;
 /// What the wrapper store of [`wrapper`] does once.
 #[derive(PartialEq)]
 pub(super) enum Fault {
+    /// None: the wrapper passes every call through.
+    Nothing,
     LoseMarkReply,
     RivalAttempt,
 }
@@ -72,9 +74,9 @@ fn a_lost_mark_reply_reports_the_row_replayed() {
     assert_eq!(
         report.outcome,
         dlq::Outcome::Replayed,
-        "row is replayed but the run reported {:?}: {}",
+        "row is replayed but the run reported {:?}: {:?}",
         report.outcome,
-        report.detail
+        report.reason
     );
 }
 

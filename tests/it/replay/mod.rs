@@ -7,6 +7,7 @@ mod headers;
 mod interrupts;
 mod lost_reply;
 mod publish_timeout;
+mod reasons;
 mod resolve;
 mod settling;
 mod single;

@@ -145,5 +145,15 @@ fn a_replay_beaten_to_the_attempt_reports_the_open_attempt_uncertain() {
     let report = replay_through(&db, "r1", Fault::RivalAttempt);
     assert!(rabbit.drain(&q).is_empty(), "this run published nothing");
     assert_eq!(state(&db, "r1"), "uncertain");
-    assert_eq!(report.outcome, dlq::Outcome::Uncertain, "{}", report.detail);
+    assert_eq!(
+        report.outcome,
+        dlq::Outcome::Uncertain,
+        "{:?}",
+        report.reason
+    );
+    assert!(
+        matches!(report.reason, dlq::replay::Reason::AttemptedFirst(_)),
+        "{:?}",
+        report.reason
+    );
 }

@@ -1,0 +1,262 @@
+//! Why a replayed item ended as it did, typed: the protocol decides on a [`Reason`] and
+//! a [`NextStep`] the operator can take, and never spells a command. A caller spells
+//! the next steps ([`Spell`]): the CLI as the commands to type, anything else in words
+//! ([`InWords`]). The same rendering gives the report's detail and the history entry
+//! the protocol writes, so what an operator reads on stdout and in `show` agrees.
+
+use super::why::RowUnavailable;
+use std::fmt::Write;
+use std::time::Duration;
+
+/// What an operator can do next about a row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NextStep {
+    /// Read the row's stored values.
+    ShowRow,
+    /// Decide an uncertain row, after checking the consumers.
+    Resolve,
+    /// Decide this row either way, after checking the consumers.
+    ResolveEither { id: String },
+    /// It was published: decide it delivered.
+    ResolveDelivered { id: String },
+    /// Nothing was published: decide it not delivered.
+    ResolveNotDelivered { id: String },
+    /// Name where the replay goes.
+    GiveTarget,
+    /// Give the held claim back before its lease ends.
+    ReleaseClaim,
+}
+
+/// How a caller spells a [`NextStep`] and the claim given to a run.
+pub trait Spell: Send + Sync + std::fmt::Debug {
+    fn next(&self, step: &NextStep) -> String;
+    /// How the claim a run was given (not taken) is named.
+    fn given_claim(&self) -> String;
+}
+
+/// The next steps in words, for a caller that has no commands.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct InWords;
+
+impl Spell for InWords {
+    fn next(&self, step: &NextStep) -> String {
+        match step {
+            NextStep::ShowRow => "the row's stored values".into(),
+            NextStep::Resolve => "resolve it".into(),
+            NextStep::ResolveEither { .. } => "resolve it delivered or not delivered".into(),
+            NextStep::ResolveDelivered { .. } => "resolve it delivered".into(),
+            NextStep::ResolveNotDelivered { .. } => "resolve it not delivered".into(),
+            NextStep::GiveTarget => "give a routing key".into(),
+            NextStep::ReleaseClaim => "releasing it".into(),
+        }
+    }
+
+    fn given_claim(&self) -> String {
+        "the claim given to this run".into()
+    }
+}
+
+/// Why one item of a replay ended as it did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reason {
+    /// No row has this ID.
+    NotFound,
+    /// The row was not available to claim; `token_refused`: the run was given a claim
+    /// and the row is held, by another claim or by an attempt that already used it.
+    Unavailable {
+        why: RowUnavailable,
+        token_refused: bool,
+    },
+    /// Another run's attempt is open on a row this run also held.
+    AttemptedFirst(RowUnavailable),
+    /// A body too large to come with the claim could not be read after it.
+    BodyUnreadable { cause: String },
+    /// The stored body is not the one a person reviewed.
+    BodyChanged { stored: String, reviewed: String },
+    /// The row names nowhere to publish to.
+    NoTarget,
+    /// The broker could not be reached.
+    NoConnection { cause: String },
+    /// A signal came before this row was published.
+    Interrupted,
+    /// An earlier chunk's attempt could not be recorded: this one was not tried.
+    AttemptNotTried,
+    /// Recording the attempt failed.
+    AttemptFailed { cause: String },
+    /// The attempt step did not take the row: its lease ends too soon, or the token no
+    /// longer holds it.
+    LeaseTooShort { outlive: Duration },
+    /// Sending took longer than the attempt's lease check allowed.
+    SendTooSlow,
+    /// The broker certainly did not take it.
+    PublishFailed { cause: String },
+    /// Handed to the broker, its confirm not in yet.
+    AwaitingConfirm,
+    /// Published, confirmed, marked.
+    Replayed { target: Option<String> },
+    /// The publish's outcome is unknown; `in_flight`: the message may still be on its
+    /// way out of this process, so the row waits for its lease.
+    Unconfirmed {
+        cause: String,
+        event_id: Option<String>,
+        in_flight: bool,
+    },
+    /// Confirmed by the broker, but the mark could not be written.
+    MarkFailed { cause: String },
+    /// A claim given to the run stays with its holder, after `why`.
+    ClaimKept(Box<Reason>),
+    /// The release after `why` could not be written.
+    ReleaseNotWritten { why: Box<Reason>, cause: String },
+}
+
+const NOTHING: &str = "nothing was published";
+
+impl Reason {
+    /// What the operator can do next, if anything: the last step the detail names.
+    pub fn next(&self, id: &str) -> Option<NextStep> {
+        match self {
+            Reason::Unavailable { why, .. } | Reason::AttemptedFirst(why) => why.next(),
+            Reason::NoTarget => Some(NextStep::GiveTarget),
+            Reason::Unconfirmed { .. } => Some(NextStep::ResolveEither { id: id.into() }),
+            Reason::MarkFailed { .. } => Some(NextStep::ResolveDelivered { id: id.into() }),
+            Reason::ClaimKept(_) => Some(NextStep::ReleaseClaim),
+            Reason::ReleaseNotWritten { .. } => {
+                Some(NextStep::ResolveNotDelivered { id: id.into() })
+            }
+            _ => None,
+        }
+    }
+
+    /// The detail of row `id`'s report and history entry, next steps spelled by `s`.
+    pub fn render(&self, id: &str, s: &dyn Spell) -> String {
+        let mut out = String::new();
+        self.write(id, s, &mut out);
+        out
+    }
+
+    /// Before anything was published: why not.
+    fn write(&self, id: &str, s: &dyn Spell, o: &mut String) {
+        let _ = match self {
+            Reason::NotFound => write!(o, "no dead letter with id {id:?}"),
+            Reason::Unavailable { why, token_refused } => {
+                if *token_refused {
+                    o.push_str("the token does not hold it (or was already used): ");
+                }
+                write!(o, "{}; {NOTHING}", why.render(s))
+            }
+            Reason::AttemptedFirst(why) => write!(
+                o,
+                "{}; another replay attempted it first, {NOTHING} by this one",
+                why.render(s)
+            ),
+            Reason::BodyUnreadable { cause } => {
+                write!(o, "its body could not be read ({cause}); {NOTHING}")
+            }
+            Reason::BodyChanged { stored, reviewed } => write!(
+                o,
+                "the stored body's sha256 is {stored}, not the reviewed {reviewed}; {NOTHING}"
+            ),
+            Reason::NoTarget => write!(
+                o,
+                "no target: the row has no exchange, routing key or source queue; {}",
+                s.next(&NextStep::GiveTarget)
+            ),
+            Reason::NoConnection { cause } => write!(o, "{cause}; {NOTHING}"),
+            Reason::Interrupted => write!(o, "interrupted before publishing; {NOTHING}"),
+            Reason::AttemptNotTried => write!(
+                o,
+                "not attempted: the database could not record the attempt; {NOTHING}"
+            ),
+            Reason::AttemptFailed { cause } => {
+                write!(o, "recording the attempt failed ({cause}); {NOTHING}")
+            }
+            Reason::LeaseTooShort { outlive } => write!(
+                o,
+                "not attempted: the lease ends within {} (the confirm wait and sending), or the token no longer holds it; {NOTHING}",
+                humantime::format_duration(*outlive)
+            ),
+            Reason::SendTooSlow => write!(
+                o,
+                "sending took longer than the attempt's lease check allowed; {NOTHING}"
+            ),
+            _ => return self.write_settled(id, s, o),
+        };
+    }
+
+    /// Handed to the broker (or wrapping another reason): how it settled.
+    fn write_settled(&self, id: &str, s: &dyn Spell, o: &mut String) {
+        let _ = match self {
+            Reason::PublishFailed { cause } => write!(o, "{cause}"),
+            Reason::AwaitingConfirm => write!(o, "published; awaiting the confirm"),
+            Reason::Replayed { target } => write!(
+                o,
+                "published to {}, confirmed by the broker, marked replayed",
+                target.as_deref().unwrap_or("(unknown)")
+            ),
+            Reason::Unconfirmed {
+                cause,
+                event_id,
+                in_flight,
+            } => write!(
+                o,
+                "{cause}; check the consumers' receipts for event {}, then {}{}",
+                event_id.as_deref().unwrap_or("(unknown)"),
+                s.next(&NextStep::ResolveEither { id: id.into() }),
+                if *in_flight { " once its lease has ended" } else { "" }
+            ),
+            Reason::MarkFailed { cause } => write!(
+                o,
+                "published and confirmed by the broker, but the mark could not be written ({cause}): it WAS published; {}",
+                s.next(&NextStep::ResolveDelivered { id: id.into() })
+            ),
+            Reason::ClaimKept(why) => {
+                why.write(id, s, o);
+                write!(
+                    o,
+                    "; {} stays held until its lease ends ({} gives it back)",
+                    s.given_claim(),
+                    s.next(&NextStep::ReleaseClaim)
+                )
+            }
+            Reason::ReleaseNotWritten { why, cause } => {
+                why.write(id, s, o);
+                write!(
+                    o,
+                    "; the release could not be written ({cause}): if it shows uncertain, {NOTHING}: {}",
+                    s.next(&NextStep::ResolveNotDelivered { id: id.into() })
+                )
+            }
+            // The rest are written by `write`, which hands these here.
+            _ => Ok(()),
+        };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Spelled in words, no detail names a command or a flag.
+    #[test]
+    fn in_words_spells_no_command() {
+        let reasons = [
+            Reason::NoTarget,
+            Reason::Unconfirmed {
+                cause: "no confirm".into(),
+                event_id: None,
+                in_flight: true,
+            },
+            Reason::MarkFailed { cause: "x".into() },
+            Reason::ClaimKept(Box::new(Reason::Interrupted)),
+            Reason::ReleaseNotWritten {
+                why: Box::new(Reason::NoTarget),
+                cause: "x".into(),
+            },
+        ];
+        for r in reasons {
+            let text = r.render("a", &InWords);
+            assert!(!text.contains("dlq ") && !text.contains("--"), "{text}");
+            assert!(r.next("a").is_some(), "{r:?}");
+        }
+    }
+}
