@@ -145,9 +145,8 @@ impl Dialect for Postgres {
         qb.push(")");
     }
 
-    fn push_exact_id(qb: &mut QueryBuilder<'static, Self>, id: &str) {
-        qb.push("id = ");
-        qb.push_bind(id.to_string());
+    fn push_exact_ids(qb: &mut QueryBuilder<'static, Self>, ids: &[String]) {
+        Self::push_ids(qb, ids);
     }
 
     fn bucket(unit: &str) -> String {
@@ -232,10 +231,6 @@ impl WriteDialect for Postgres {
     const LEASE_END: &'static str = "replay_claim_expires_at";
     const V1_TOKEN: &'static str = V1_TOKEN;
     const STEP_OPEN: &'static str = "WITH c AS (";
-
-    fn push_write_ids(qb: &mut QueryBuilder<'static, Self>, ids: &[String]) {
-        Self::push_ids(qb, ids);
-    }
 
     fn lease_ended_now() -> String {
         "LEAST(replay_claim_expires_at, now())".into()

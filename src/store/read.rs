@@ -127,8 +127,9 @@ pub trait Dialect: Database {
     fn bind(qb: &mut QueryBuilder<'static, Self>, value: Bind);
     /// `id` is one of `ids`.
     fn push_ids(qb: &mut QueryBuilder<'static, Self>, ids: &[String]);
-    /// `id` is exactly `id`, as every write matches it (SQLite: as TEXT, never a BLOB).
-    fn push_exact_id(qb: &mut QueryBuilder<'static, Self>, id: &str);
+    /// `id` is exactly one of `ids`, as every write matches it (SQLite: as TEXT, never a
+    /// BLOB, so a write never matches a worker's twin of an ID).
+    fn push_exact_ids(qb: &mut QueryBuilder<'static, Self>, ids: &[String]);
     /// The start of the hour or day (`unit`) of `dead_lettered_at`.
     fn bucket(unit: &str) -> String;
     /// `doc` contains `needle` (bytes for the body, text otherwise).
