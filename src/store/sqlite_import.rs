@@ -456,7 +456,7 @@ async fn insert_staged(
          WHERE NOT EXISTS (SELECT 1 FROM dead_letters WHERE id = ?21)",
         if skip_existing { "OR IGNORE" } else { "" }
     );
-    let [eff_producer, eff_schema_version, eff_event_id] = hint(&r);
+    let [eff_producer, eff_schema_version, eff_event_id] = hint(r);
     sqlx::query(sql.as_str())
         .bind(&r.id)
         // Moved, not copied: a body may be tens of MiB.
