@@ -430,71 +430,15 @@ fn parse_object(line: usize, mut fields: Fields) -> Result<NewDeadLetter> {
     let id = opt_str(line, obj, "id")?.ok_or_else(|| bad(line, "id", "missing"))?;
     validate_id(&id).map_err(|e| bad(line, "id", e))?;
     let body = body?;
-    if let Some(expected) = opt_str(line, obj, "sha256")? {
-        let actual = sha256_hex(&body);
-        if !expected.eq_ignore_ascii_case(&actual) {
-            return Err(bad(
-                line,
-                "sha256",
-                format!("the body hashes to {actual}, not {expected}"),
-            ));
-        }
-    }
-    if let Some((col, stored)) = obj
-        .get("unreadable")
-        .and_then(Value::as_object)
-        .and_then(|m| m.iter().next())
-    {
-        return Err(bad(
-            line,
-            "unreadable",
-            format!(
-                "the source database holds {stored} in {col}, which is no time: fix that row \
-                 there (dlq show names it) and export it again"
-            ),
-        ));
-    }
+    // The checks in the order a line's first error is reported.
+    check_sha256(line, obj, &body)?;
+    check_readable(line, obj)?;
     let reason = opt_str(line, obj, "reason")?.ok_or_else(|| bad(line, "reason", "missing"))?;
     if reason.trim().is_empty() {
         return Err(bad(line, "reason", "empty"));
     }
-    let attempts = match obj.get("attempts") {
-        Some(Value::Number(n)) => n
-            .as_i64()
-            .filter(|a| *a >= 0 && *a <= i32::MAX as i64)
-            .ok_or_else(|| {
-                bad(
-                    line,
-                    "attempts",
-                    format!("{n} is not a whole number from 0 to {}", i32::MAX),
-                )
-            })?,
-        None | Some(Value::Null) => 0,
-        Some(other) => {
-            return Err(bad(
-                line,
-                "attempts",
-                format!("expected a number, got {other}"),
-            ))
-        }
-    };
-    // Serialized again as compact JSON, numbers as written (serde_json keeps their text).
-    let headers_json = match (obj.get("headers"), obj.get("headers_json")) {
-        (Some(Value::Object(h)), _) => Value::Object(h.clone()).to_string(),
-        (Some(other), _) if !other.is_null() => {
-            return Err(bad(line, "headers", "expected a JSON object"))
-        }
-        // The stored text, kept as it is (an export writes it where the headers a worker
-        // stored are not a JSON object).
-        (_, Some(Value::String(s))) => {
-            no_nul(line, "headers_json", s)?;
-            s.clone()
-        }
-        (_, Some(other)) if !other.is_null() => {
-            return Err(bad(line, "headers_json", "expected a string"))
-        }
-        _ => "{}".to_string(),
-    };
+    let attempts = attempts_of(line, obj)?;
+    let headers_json = headers_json_of(line, obj)?;
     Ok(NewDeadLetter {
         line,
         id,
@@ -523,6 +467,84 @@ fn parse_object(line: usize, mut fields: Fields) -> Result<NewDeadLetter> {
         revision_of: opt_str(line, obj, "revision_of")?,
         history: history_of(line, obj)?,
         unreadable: BTreeMap::new(),
+    })
+}
+
+/// A `sha256` given must be the body's.
+fn check_sha256(line: usize, obj: &Map<String, Value>, body: &[u8]) -> Result<()> {
+    if let Some(expected) = opt_str(line, obj, "sha256")? {
+        let actual = sha256_hex(body);
+        if !expected.eq_ignore_ascii_case(&actual) {
+            return Err(bad(
+                line,
+                "sha256",
+                format!("the body hashes to {actual}, not {expected}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// An exported row whose source held a value that is no time is refused, never
+/// imported with that time lost.
+fn check_readable(line: usize, obj: &Map<String, Value>) -> Result<()> {
+    if let Some((col, stored)) = obj
+        .get("unreadable")
+        .and_then(Value::as_object)
+        .and_then(|m| m.iter().next())
+    {
+        return Err(bad(
+            line,
+            "unreadable",
+            format!(
+                "the source database holds {stored} in {col}, which is no time: fix that row \
+                 there (dlq show names it) and export it again"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// `attempts`: a whole number from 0 to `i32::MAX`, 0 when absent.
+fn attempts_of(line: usize, obj: &Map<String, Value>) -> Result<i64> {
+    match obj.get("attempts") {
+        Some(Value::Number(n)) => n
+            .as_i64()
+            .filter(|a| *a >= 0 && *a <= i32::MAX as i64)
+            .ok_or_else(|| {
+                bad(
+                    line,
+                    "attempts",
+                    format!("{n} is not a whole number from 0 to {}", i32::MAX),
+                )
+            }),
+        None | Some(Value::Null) => Ok(0),
+        Some(other) => Err(bad(
+            line,
+            "attempts",
+            format!("expected a number, got {other}"),
+        )),
+    }
+}
+
+/// The headers as stored: `headers` serialized again as compact JSON (numbers as
+/// written: serde_json keeps their text), or the stored text `headers_json`.
+fn headers_json_of(line: usize, obj: &Map<String, Value>) -> Result<String> {
+    Ok(match (obj.get("headers"), obj.get("headers_json")) {
+        (Some(Value::Object(h)), _) => Value::Object(h.clone()).to_string(),
+        (Some(other), _) if !other.is_null() => {
+            return Err(bad(line, "headers", "expected a JSON object"))
+        }
+        // The stored text, kept as it is (an export writes it where the headers a worker
+        // stored are not a JSON object).
+        (_, Some(Value::String(s))) => {
+            no_nul(line, "headers_json", s)?;
+            s.clone()
+        }
+        (_, Some(other)) if !other.is_null() => {
+            return Err(bad(line, "headers_json", "expected a string"))
+        }
+        _ => "{}".to_string(),
     })
 }
 

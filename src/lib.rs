@@ -2,8 +2,9 @@
 //!
 //! The library holds everything that must behave the same whoever calls it: the model of
 //! a dead letter ([`model`]), the two stores and their SQL ([`store`]), the broker side
-//! ([`publisher`]), and the replay protocol itself ([`replay`]), which is the only place
-//! that moves a row from pending to replayed. The `dlq` binary is a thin command layer.
+//! ([`broker`]: connecting, publishing with confirms, the header codec), capture from a
+//! dead-letter queue ([`capture`]), and the replay protocol itself ([`replay`]), which is
+//! the only place that moves a row from pending to replayed. The `dlq` binary is a thin command layer.
 
 pub mod broker;
 pub mod capture;

@@ -5,8 +5,8 @@
 use super::batch::StoredBatch;
 use super::session::{broker_text, Held, Session};
 use super::{park, CaptureOptions, CaptureSummary, Event};
+use crate::broker::Publisher;
 use crate::error::{DlqError, Result};
-use crate::publisher::Publisher;
 use lapin::options::{BasicAckOptions, BasicNackOptions};
 use tokio::time::timeout;
 

@@ -81,6 +81,45 @@ fn has_event_id(headers: &Map<String, Value>, body: &[u8]) -> bool {
     )
 }
 
+/// Deliveries a consumer took before the message died: the delivery count when the
+/// message carries one (on a redelivery from a quorum dead-letter queue it would be that
+/// queue's own count, so only on a first delivery), else one per rejection recorded in
+/// x-death. Expired and overflowed messages were never consumed.
+fn attempts_of(
+    table: &FieldTable,
+    death: Option<&FieldTable>,
+    death_reason: Option<&str>,
+    redelivered: bool,
+) -> i64 {
+    let delivery_count = table
+        .inner()
+        .get("x-delivery-count")
+        .and_then(integer)
+        .filter(|_| !redelivered);
+    match (delivery_count, death_reason) {
+        (Some(n), _) => n,
+        (None, Some("rejected" | "delivery_limit")) => death
+            .and_then(|d| d.inner().get("count"))
+            .and_then(integer)
+            .unwrap_or(1),
+        _ => 0,
+    }
+    .clamp(0, i32::MAX as i64)
+}
+
+/// The consumer's error text: the first of [`ERROR_HEADERS`] set, a string as it is,
+/// any other value as JSON.
+fn error_of(headers: &Map<String, Value>) -> Option<String> {
+    ERROR_HEADERS
+        .iter()
+        .find_map(|h| headers.get(*h).filter(|v| !v.is_null()))
+        .map(|v| match v {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        })
+        .map(derived_text)
+}
+
 /// A delivered message as the row `dlq capture` inserts (see the module docs and
 /// docs/capture.md for each column's source).
 pub fn to_letter(
@@ -100,23 +139,7 @@ pub fn to_letter(
         (None, Some(r)) => derived_text(map_reason(r)),
         (None, None) => "unknown".to_string(),
     };
-    // Deliveries a consumer took before the message died: the delivery count when the
-    // message carries one (on a redelivery from a quorum dead-letter queue it would be
-    // that queue's own count, so only on a first delivery), else one per rejection
-    // recorded in x-death. Expired and overflowed messages were never consumed.
-    let delivery_count = table
-        .inner()
-        .get("x-delivery-count")
-        .and_then(integer)
-        .filter(|_| !redelivered);
-    let attempts = match (delivery_count, death_reason.as_deref()) {
-        (Some(n), _) => n,
-        (None, Some("rejected" | "delivery_limit")) => {
-            field("count").and_then(integer).unwrap_or(1)
-        }
-        _ => 0,
-    }
-    .clamp(0, i32::MAX as i64);
+    let attempts = attempts_of(table, death, death_reason.as_deref(), redelivered);
     let routing_key = match field("routing-keys") {
         Some(AMQPValue::FieldArray(a)) => a.as_slice().first().and_then(text),
         _ => None,
@@ -124,14 +147,7 @@ pub fn to_letter(
     let dead_lettered_at = field("time")
         .and_then(integer)
         .and_then(|secs| DateTime::<Utc>::from_timestamp(secs, 0));
-    let error = ERROR_HEADERS
-        .iter()
-        .find_map(|h| headers.get(*h).filter(|v| !v.is_null()))
-        .map(|v| match v {
-            Value::String(s) => s.clone(),
-            other => other.to_string(),
-        })
-        .map(derived_text);
+    let error = error_of(&headers);
     let message_id = props.message_id().as_ref().map(|m| m.as_str().to_string());
     let event_id = if has_event_id(&headers, body) {
         None

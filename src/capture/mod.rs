@@ -24,8 +24,9 @@ mod session;
 pub use key::capture_key;
 pub use letter::{map_reason, to_letter};
 
+use crate::broker::connect::ConnectOptions;
+use crate::broker::Publisher;
 use crate::error::{DlqError, Result};
-use crate::publisher::{ConnectOptions, Publisher};
 use crate::secret::SecretUrl;
 use crate::store::Store;
 use crate::topology::BrokerTopology;

@@ -5,10 +5,9 @@
 
 use super::session::Held;
 use super::{CaptureOptions, PARK_ERROR_HEADER};
+use crate::broker::connect::ConnectError;
+use crate::broker::{OutgoingMessage, PublishResult, Publisher, PublisherOptions, Target};
 use crate::error::{DlqError, Result};
-use crate::publisher::{
-    ConnectError, OutgoingMessage, PublishResult, Publisher, PublisherOptions, Target,
-};
 use lapin::types::{AMQPValue, LongString};
 
 /// Opens the parking connection (to the first node that answers) and checks that the

@@ -3,9 +3,9 @@
 //! await is bounded, and refusals are read by reply code.
 
 use super::{CaptureOptions, CaptureSummary, Stopped};
+use crate::broker::connect::open_first_connection;
 use crate::broker::reply::{is_not_found, refusal, Refusal};
 use crate::error::{DlqError, Result};
-use crate::publisher::open_first_connection;
 use crate::secret::scrub;
 use lapin::options::{
     BasicCancelOptions, BasicConsumeOptions, BasicQosOptions, QueueDeclareOptions,

@@ -22,8 +22,6 @@ pub(crate) trait WriteDialect: Dialect {
     /// Pushed before the UPDATE: the store's way of committing the history with it
     /// (PostgreSQL wraps the UPDATE in a CTE; SQLite runs both in one transaction).
     const STEP_OPEN: &'static str;
-    /// `id` is exactly one of `ids` (a write never matches a worker's twin of an ID).
-    fn push_write_ids(qb: &mut QueryBuilder<'static, Self>, ids: &[String]);
     /// The earlier of the lease end and now: a lease ended now, never lengthened.
     fn lease_ended_now() -> String;
     /// The clock plus `d`.
@@ -42,7 +40,7 @@ fn update<D: WriteDialect>(set: &str) -> Update<D> {
 
 fn push_where<D: WriteDialect>(qb: &mut Update<D>, ids: &[String]) {
     qb.push(" WHERE ");
-    D::push_write_ids(qb, ids);
+    D::push_exact_ids(qb, ids);
 }
 
 fn push_text<D: WriteDialect>(qb: &mut Update<D>, sql: &str, value: &str) {

@@ -7,13 +7,16 @@
 //! read; rows are decoded by column name. The protocol steps, the capture and import
 //! inserts and the migrations stay in each backend's file: they differ for real reasons
 //! (one statement with a data-modifying `WITH` there, an IMMEDIATE transaction here).
+//!
+//! This file holds the dialect, the [`Reads`] trait and the few helpers every read runs
+//! through; each read's SQL sits in the file of what it reads, so that a new read joins
+//! its neighbours: [`filter`] (the WHERE clause and states), [`columns`] (the SELECT lists
+//! and row decoding), [`list`] (summaries, counts, aggregates), [`letters`] (whole rows,
+//! history), [`plan`] (plan candidates, returned events), [`export`].
 
-use super::{state_case, state_predicate_at, Claimed, NewDeadLetter, PlanCandidate};
+use super::{NewDeadLetter, PlanCandidate};
 use crate::error::{DlqError, Result};
-use crate::model::{
-    sha256_hex, token_ref, ContentMatch, DeadLetter, Dimension, Filter, Group, GroupKey,
-    HistoryEntry, State, Summary, UNKNOWN,
-};
+use crate::model::{ContentMatch, DeadLetter, Dimension, Filter, Group, HistoryEntry, Summary};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use futures_util::stream::BoxStream;
@@ -21,13 +24,23 @@ use futures_util::TryStreamExt;
 use sqlx::query::Query;
 use sqlx::{Database, Pool, QueryBuilder};
 
+mod columns;
 mod decode;
+mod export;
+mod filter;
+mod letters;
+mod list;
+mod plan;
 mod rows;
 
+pub(crate) use columns::{
+    claimed_columns, claimed_row, summary_columns, whole_row, whole_row_columns, Partial,
+};
+pub use columns::{BODY_INLINE_MAX, BODY_SLICE};
+use decode::time;
 pub(crate) use decode::{required, text};
-use decode::{summary, time, unreadable};
+pub(crate) use filter::{push_where, state_of};
 pub(crate) use rows::import_history;
-use rows::{exported, read_bodies};
 
 pub(crate) type Decoded<T> = std::result::Result<T, sqlx::Error>;
 
@@ -114,8 +127,9 @@ pub trait Dialect: Database {
     fn bind(qb: &mut QueryBuilder<'static, Self>, value: Bind);
     /// `id` is one of `ids`.
     fn push_ids(qb: &mut QueryBuilder<'static, Self>, ids: &[String]);
-    /// `id` is exactly `id`, as every write matches it (SQLite: as TEXT, never a BLOB).
-    fn push_exact_id(qb: &mut QueryBuilder<'static, Self>, id: &str);
+    /// `id` is exactly one of `ids`, as every write matches it (SQLite: as TEXT, never a
+    /// BLOB, so a write never matches a worker's twin of an ID).
+    fn push_exact_ids(qb: &mut QueryBuilder<'static, Self>, ids: &[String]);
     /// The start of the hour or day (`unit`) of `dead_lettered_at`.
     fn bucket(unit: &str) -> String;
     /// `doc` contains `needle` (bytes for the body, text otherwise).
@@ -223,189 +237,6 @@ pub trait Reads: Send + Sync {
     ) -> Result<u64>;
 }
 
-/// Appends the filter's WHERE clause. Every value is a bound parameter; `--header` and
-/// `--field` first look for their texts in the raw bytes (a cheap test that never rules
-/// out a match, see [`ContentMatch::needles`]; SQLite evaluates AND from the left), and
-/// parse the JSON only where the dialect's guard says it parses.
-pub(crate) fn push_where<D: Dialect>(qb: &mut QueryBuilder<'static, D>, f: &Filter) {
-    qb.push(" WHERE 1=1");
-    for (col, val) in [
-        ("reason", &f.reason),
-        ("eff_producer", &f.producer),
-        ("eff_schema_version", &f.schema_version),
-        ("source_queue", &f.source_queue),
-        ("eff_event_id", &f.event_id),
-    ] {
-        match val.as_deref() {
-            None => {}
-            Some(UNKNOWN) if col != "reason" => {
-                qb.push(format!(" AND {col} IS NULL"));
-            }
-            Some(v) => {
-                qb.push(format!(" AND {col} = "));
-                D::bind(qb, Bind::Text(v.to_string()));
-            }
-        }
-    }
-    let settled = format!(
-        "COALESCE({}, {})",
-        D::at(TimeCol::ReplayedAt),
-        D::at(TimeCol::DiscardedAt)
-    );
-    for (col, cmp, t) in [
-        (D::at(TimeCol::DeadLetteredAt), ">=", f.since),
-        (D::at(TimeCol::DeadLetteredAt), "<", f.until),
-        (settled.as_str(), "<", f.settled_before),
-    ] {
-        if let Some(t) = t {
-            qb.push(format!(" AND {col} {cmp} "));
-            D::bind(qb, Bind::Time(t));
-        }
-    }
-    if !f.states.is_empty() {
-        let any: Vec<String> = f.states.iter().map(|st| state_of::<D>(*st)).collect();
-        qb.push(format!(" AND (({}))", any.join(") OR (")));
-    }
-    if f.revisions {
-        qb.push(" AND revision_of IS NOT NULL");
-    }
-    if let Some(g) = &f.grep {
-        qb.push(" AND ");
-        D::push_contains(qb, Doc::Body, Bind::Bytes(g.as_bytes().to_vec()));
-    }
-    if let Some(e) = &f.error_contains {
-        qb.push(" AND ");
-        D::push_contains(qb, Doc::Error, Bind::Text(e.clone()));
-    }
-    let headers = f
-        .headers
-        .iter()
-        .map(|m| (Doc::Headers, m, vec![m.key.as_str()]));
-    let fields = f.fields.iter().map(|m| (Doc::Body, m, m.path()));
-    for (doc, m, path) in headers.chain(fields) {
-        let (before, after) = D::json_guard(doc);
-        qb.push(format!(" AND CASE WHEN {before}"));
-        for n in m.needles(doc == Doc::Body) {
-            qb.push(" AND (");
-            let n = match doc {
-                Doc::Body => Bind::Bytes(n.into_bytes()),
-                _ => Bind::Text(n),
-            };
-            D::push_contains(qb, doc, n);
-            qb.push(format!(" OR {})", D::backslash_in(doc)));
-        }
-        qb.push(format!("{after} THEN "));
-        D::push_json_match(qb, doc, &path, m);
-        qb.push(" ELSE false END");
-    }
-}
-
-/// The condition of one state in the dialect (see [`state_predicate_at`]).
-pub(crate) fn state_of<D: Dialect>(state: State) -> String {
-    state_predicate_at(state, D::NOW, D::at(TimeCol::LeaseEnd))
-}
-
-/// The time columns, each as [`Dialect::at`] reads it under its own name, and what
-/// cannot be read of them (`unreadable`).
-fn time_columns<D: Dialect>() -> String {
-    let mut cols: Vec<String> = TimeCol::ALL
-        .iter()
-        .map(|c| format!("{} AS {}", D::at(*c), c.name()))
-        .collect();
-    cols.push(format!("{} AS unreadable", D::UNREADABLE));
-    cols.join(", ")
-}
-
-/// The SELECT list of a [`Summary`]. The claim owner is read whole; [`summary`] keeps
-/// only its operator part.
-pub(crate) fn summary_columns<D: Dialect>() -> String {
-    format!(
-        "id, reason, CAST(attempts AS BIGINT) AS attempts, replay_claim_owner, \
-         last_replay_error, eff_event_id, error, eff_producer, eff_schema_version, \
-         source_queue, exchange, routing_key, discard_note, revision_of, {}, {} AS id_storage, \
-         {} AS state",
-        time_columns::<D>(),
-        D::ID_STORAGE,
-        state_case(D::NOW, D::at(TimeCol::LeaseEnd))
-    )
-}
-
-/// A body longer than this is not sent with its row but read after it in slices of
-/// [`BODY_SLICE`] bytes into one buffer, where the dialect has a [`Dialect::BODY_LEN`].
-/// PostgreSQL's driver holds a value twice while it reads it and decoding copies it once
-/// more: read whole, a 50 MiB body cost 3.2x its size (docs/performance.md).
-pub const BODY_INLINE_MAX: i64 = 1 << 20;
-pub const BODY_SLICE: i64 = 8 << 20;
-
-/// The body's length in bytes, as SQL (SQLite's `length` counts a TEXT value's
-/// characters: only ever compared with [`BODY_INLINE_MAX`] there).
-fn body_len<D: Dialect>() -> &'static str {
-    D::BODY_LEN.unwrap_or("length(body)")
-}
-
-/// A row's columns: the summary, headers, the body when `len` (SQL) is at most
-/// [`BODY_INLINE_MAX`] or when there is no `len`, and `body_len`.
-fn row_columns<D: Dialect>(len: Option<&str>) -> String {
-    let body = match len {
-        Some(len) => format!(
-            "CASE WHEN {len} <= {BODY_INLINE_MAX} THEN body END AS body, \
-             CAST({len} AS BIGINT) AS body_len"
-        ),
-        None => "body, 0 AS body_len".to_string(),
-    };
-    format!(
-        "{}, headers_json, {body}, {} AS db_now",
-        summary_columns::<D>(),
-        D::NOW
-    )
-}
-
-/// The columns of a whole row, as [`whole_row`] reads them.
-pub(crate) fn whole_row_columns<D: Dialect>() -> String {
-    row_columns::<D>(D::BODY_LEN)
-}
-
-/// The columns of a claimed row, as [`claimed_row`] reads them (a RETURNING list): a
-/// large body is left out on every store (SQLite materializes RETURNING rows).
-pub(crate) fn claimed_columns<D: Dialect>() -> String {
-    row_columns::<D>(Some(body_len::<D>()))
-}
-
-pub(crate) fn claimed_row<D: Dialect>(row: &D::Row) -> Decoded<Claimed> {
-    // A body that is no bytes (SQLite does not enforce a column's type) is left to
-    // `held`, whose error releases that row alone.
-    let content = match D::bytes(row, "body").ok().flatten() {
-        Some(body) => Some((
-            required(text::<D>(row, "headers_json")?, "headers_json")?,
-            body.to_vec(),
-        )),
-        None => None,
-    };
-    Ok(Claimed {
-        summary: summary::<D>(row)?,
-        db_now: time::<D>(row, "db_now")?,
-        content,
-    })
-}
-
-/// A row read by [`whole_row_columns`]: whole, or with its body still to read (its
-/// length in bytes; see [`read_bodies`]).
-pub(crate) type Partial = (DeadLetter, Option<i64>);
-
-pub(crate) fn whole_row<D: Dialect>(row: &D::Row) -> Decoded<Partial> {
-    let (body, to_read) = match D::bytes(row, "body")? {
-        Some(body) => (body.to_vec(), None),
-        None => (Vec::new(), Some(D::int(row, "body_len")?)),
-    };
-    let letter = DeadLetter {
-        summary: summary::<D>(row)?,
-        headers_json: required(text::<D>(row, "headers_json")?, "headers_json")?,
-        body,
-        db_now: time::<D>(row, "db_now")?,
-    };
-    Ok((letter, to_read))
-}
-
 type Row<B> = <<B as Backend>::Db as Database>::Row;
 
 /// Runs a query on one pooled connection and hands each row to `f`.
@@ -436,29 +267,6 @@ pub(crate) async fn all<B: Backend, T: Send>(
     })
     .await?;
     Ok(out)
-}
-
-/// Whole rows: the rows, then any large body in slices, all of each body from one
-/// snapshot (never pieced together from two versions of a row).
-async fn whole_rows<B: Backend>(
-    b: &B,
-    qb: &mut QueryBuilder<'static, B::Db>,
-) -> Result<Vec<DeadLetter>> {
-    let rows = all(b, qb, whole_row::<B::Db>).await?;
-    if rows.iter().all(|(_, to_read)| to_read.is_none()) {
-        return Ok(rows.into_iter().map(|(letter, _)| letter).collect());
-    }
-    let err = |e| b.db_err(e);
-    let mut tx = b.pool().begin().await.map_err(err)?;
-    if let Some(snapshot) = B::Db::SNAPSHOT {
-        B::Db::fetch(&mut tx, QueryBuilder::new(snapshot).build())
-            .try_collect::<Vec<_>>()
-            .await
-            .map_err(err)?;
-    }
-    let rows = read_bodies::<B::Db>(&mut tx, rows, err).await?;
-    tx.rollback().await.map_err(err)?;
-    Ok(rows)
 }
 
 async fn count_of<B: Backend>(b: &B, qb: &mut QueryBuilder<'static, B::Db>) -> Result<i64> {
@@ -507,18 +315,7 @@ impl<B: Backend> Reads for B {
     }
 
     async fn ids_starting_with(&self, prefix: &str, limit: i64) -> Result<Vec<String>> {
-        let mut qb = QueryBuilder::new("SELECT id FROM dead_letters WHERE substr(id, 1, length(");
-        B::Db::bind(&mut qb, Bind::Text(prefix.to_string()));
-        qb.push(")) = ");
-        B::Db::bind(&mut qb, Bind::Text(prefix.to_string()));
-        qb.push(format!(
-            " AND replayed_at IS NULL AND discarded_at IS NULL ORDER BY {} DESC LIMIT ",
-            B::Db::at(TimeCol::DeadLetteredAt)
-        ));
-        B::Db::bind(&mut qb, Bind::Int(limit));
-        all(self, &mut qb, |r| B::Db::text(r, "id", false))
-            .await
-            .map(|ids| ids.into_iter().flatten().collect())
+        list::ids_starting_with(self, prefix, limit).await
     }
 
     async fn list_each(
@@ -527,16 +324,7 @@ impl<B: Backend> Reads for B {
         limit: i64,
         sink: &mut (dyn FnMut(Summary) -> Result<()> + Send),
     ) -> Result<u64> {
-        let mut qb = select(&summary_columns::<B::Db>(), filter);
-        qb.push(format!(
-            " ORDER BY {} DESC, id LIMIT ",
-            B::Db::at(TimeCol::DeadLetteredAt)
-        ));
-        B::Db::bind(&mut qb, Bind::Int(limit));
-        each(self, &mut qb, |row| {
-            sink(summary::<B::Db>(row).map_err(|e| self.db_err(e))?)
-        })
-        .await
+        list::list_each(self, filter, limit, sink).await
     }
 
     async fn count(&self, filter: &Filter) -> Result<i64> {
@@ -544,165 +332,35 @@ impl<B: Backend> Reads for B {
     }
 
     async fn count_at_most(&self, filter: &Filter, cap: i64) -> Result<i64> {
-        // Stops after cap + 1 rows: a flood of rows costs no more than the cap.
-        let mut qb = QueryBuilder::new("SELECT count(*) AS n FROM (SELECT 1 FROM dead_letters");
-        push_where(&mut qb, filter);
-        qb.push(" LIMIT ");
-        B::Db::bind(&mut qb, Bind::Int(cap.saturating_add(1)));
-        qb.push(") AS capped");
-        count_of(self, &mut qb).await
+        list::count_at_most(self, filter, cap).await
     }
 
     async fn aggregate(&self, dims: &[Dimension], filter: &Filter) -> Result<Vec<Group>> {
-        let keys: Vec<String> = dims
-            .iter()
-            .enumerate()
-            .map(|(i, d)| {
-                let expr = match d {
-                    Dimension::Reason => "reason".into(),
-                    Dimension::Producer => "eff_producer".into(),
-                    Dimension::SchemaVersion => "eff_schema_version".into(),
-                    Dimension::SourceQueue => "source_queue".into(),
-                    Dimension::ErrorClass => "eff_error_class".into(),
-                    Dimension::Hour => B::Db::bucket("hour"),
-                    Dimension::Day => B::Db::bucket("day"),
-                };
-                format!("{expr} AS k{i}")
-            })
-            .collect();
-        let states: Vec<String> = State::ALL
-            .iter()
-            .map(|st| {
-                let p = state_of::<B::Db>(*st);
-                format!("count(CASE WHEN {p} THEN 1 END) AS {}", st.as_str())
-            })
-            .collect();
-        let n = dims.len();
-        let mut qb = select(
-            &format!(
-                "{}, count(*) AS n, {}, min({at}) AS first_seen, max({at}) AS last_seen",
-                keys.join(", "),
-                states.join(", "),
-                at = B::Db::at(TimeCol::DeadLetteredAt)
-            ),
-            filter,
-        );
-        let positions: Vec<String> = (1..=n).map(|i| i.to_string()).collect();
-        qb.push(format!(
-            " GROUP BY {0} ORDER BY {1} DESC, {0}",
-            positions.join(", "),
-            n + 1
-        ));
-        all(self, &mut qb, |row| {
-            let int = |col: &str| B::Db::int(row, col);
-            let keys = dims
-                .iter()
-                .enumerate()
-                .map(|(i, d)| {
-                    let k = format!("k{i}");
-                    Ok((
-                        *d,
-                        if d.is_time() {
-                            // A time no row of the group could be read in: "(unknown)".
-                            B::Db::time(row, &k)?.map_or(GroupKey::Text(None), GroupKey::Time)
-                        } else {
-                            GroupKey::Text(text::<B::Db>(row, &k)?)
-                        },
-                    ))
-                })
-                .collect::<Decoded<Vec<_>>>()?;
-            Ok(Group {
-                keys,
-                count: int("n")?,
-                pending: int("pending")?,
-                claimed: int("claimed")?,
-                uncertain: int("uncertain")?,
-                replayed: int("replayed")?,
-                discarded: int("discarded")?,
-                first_seen: B::Db::time(row, "first_seen")?,
-                last_seen: B::Db::time(row, "last_seen")?,
-            })
-        })
-        .await
+        list::aggregate(self, dims, filter).await
     }
 
     async fn load(&self, ids: &[String]) -> Result<Vec<DeadLetter>> {
-        whole_rows(self, &mut by_ids(&whole_row_columns::<B::Db>(), ids)).await
+        letters::load(self, ids).await
     }
 
     async fn summaries(&self, ids: &[String]) -> Result<Vec<Summary>> {
-        let mut qb = by_ids(&summary_columns::<B::Db>(), ids);
-        // A TEXT id first: of two rows shown as one ID, the one a write takes.
-        qb.push(" ORDER BY id_storage");
-        all(self, &mut qb, summary::<B::Db>).await
+        list::summaries(self, ids).await
     }
 
     async fn history(&self, id: &str) -> Result<Vec<HistoryEntry>> {
-        let mut qb = QueryBuilder::new(format!(
-            "SELECT {} AS at, operator, action, outcome, detail, target, plan_id, token, \
-             token_ref FROM dead_letter_history WHERE dead_letter_id = ",
-            B::Db::HISTORY_AT
-        ));
-        B::Db::bind(&mut qb, Bind::Text(id.to_string()));
-        qb.push(" ORDER BY seq");
-        all(self, &mut qb, |r| {
-            let t = |col: &str| text::<B::Db>(r, col);
-            Ok(HistoryEntry {
-                // Only dlq writes the history; a time no one can read shows as 1970.
-                at: B::Db::time(r, "at")?.unwrap_or_default(),
-                operator: required(t("operator")?, "operator")?,
-                action: required(t("action")?, "action")?,
-                outcome: required(t("outcome")?, "outcome")?,
-                detail: t("detail")?,
-                token_ref: match t("token")? {
-                    Some(token) => Some(token_ref(&token)),
-                    None => t("token_ref")?,
-                },
-                target: t("target")?,
-                plan_id: t("plan_id")?,
-            })
-        })
-        .await
+        letters::history(self, id).await
     }
 
     async fn revised_as(&self, id: &str) -> Result<Vec<String>> {
-        let mut qb = QueryBuilder::new("SELECT id FROM dead_letters WHERE revision_of = ");
-        B::Db::bind(&mut qb, Bind::Text(id.to_string()));
-        qb.push(" ORDER BY id");
-        all(self, &mut qb, |r| B::Db::text(r, "id", true))
-            .await
-            .map(|ids| ids.into_iter().flatten().collect())
+        letters::revised_as(self, id).await
     }
 
     async fn plan_candidates(&self, filter: &Filter, limit: i64) -> Result<Vec<PlanCandidate>> {
-        let mut qb = select("id, reason, eff_producer, eff_schema_version, body", filter);
-        qb.push(format!(
-            " ORDER BY {}, id LIMIT ",
-            B::Db::at(TimeCol::DeadLetteredAt)
-        ));
-        B::Db::bind(&mut qb, Bind::Int(limit));
-        all(self, &mut qb, |r| {
-            let t = |col: &str| text::<B::Db>(r, col);
-            Ok(PlanCandidate {
-                id: required(t("id")?, "id")?,
-                reason: required(t("reason")?, "reason")?,
-                producer: t("eff_producer")?,
-                schema_version: t("eff_schema_version")?,
-                sha256: sha256_hex(required(B::Db::bytes(r, "body")?, "body")?),
-            })
-        })
-        .await
+        plan::plan_candidates(self, filter, limit).await
     }
 
     async fn held(&self, ids: &[String], token: &str) -> Result<Vec<DeadLetter>> {
-        let mut qb = by_ids(&whole_row_columns::<B::Db>(), ids);
-        qb.push(" AND replay_claim_owner = ");
-        B::Db::bind(&mut qb, Bind::Text(token.to_string()));
-        qb.push(format!(
-            " AND replay_attempt_at IS NULL AND {}",
-            state_of::<B::Db>(State::Claimed)
-        ));
-        whole_rows(self, &mut qb).await
+        letters::held(self, ids, token).await
     }
 
     async fn dead_lettered_since(
@@ -710,27 +368,7 @@ impl<B: Backend> Reads for B {
         after: &(DateTime<Utc>, String),
         limit: i64,
     ) -> Result<Vec<(String, String, DateTime<Utc>)>> {
-        let at = B::Db::at(TimeCol::DeadLetteredAt);
-        let mut qb = QueryBuilder::new(format!(
-            "SELECT id, eff_event_id, {at} AS dead_lettered_at FROM dead_letters \
-             WHERE ({at}, id) > ("
-        ));
-        B::Db::bind(&mut qb, Bind::Time(after.0));
-        qb.push(", ");
-        B::Db::bind(&mut qb, Bind::Text(after.1.clone()));
-        qb.push(format!(
-            ") AND eff_event_id IS NOT NULL ORDER BY {at}, id LIMIT "
-        ));
-        B::Db::bind(&mut qb, Bind::Int(limit));
-        all(self, &mut qb, |r| {
-            let t = |col: &str| text::<B::Db>(r, col);
-            Ok((
-                required(t("id")?, "id")?,
-                required(t("eff_event_id")?, "eff_event_id")?,
-                time::<B::Db>(r, "dead_lettered_at")?,
-            ))
-        })
-        .await
+        plan::dead_lettered_since(self, after, limit).await
     }
 
     async fn export(
@@ -738,43 +376,6 @@ impl<B: Backend> Reads for B {
         filter: &Filter,
         sink: &mut (dyn FnMut(NewDeadLetter) -> Result<()> + Send),
     ) -> Result<u64> {
-        let mut qb = select(
-            &format!(
-                "id, body, reason, CAST(attempts AS BIGINT) AS attempts, headers_json, \
-                 replay_claim_owner, last_replay_error, event_id, error, producer, \
-                 schema_version, source_queue, exchange, routing_key, discard_note, revision_of, \
-                 {}, {} AS history",
-                time_columns::<B::Db>(),
-                B::Db::HISTORY_JSON
-            ),
-            filter,
-        );
-        qb.push(format!(
-            " ORDER BY {}, {}",
-            B::Db::at(TimeCol::DeadLetteredAt),
-            B::Db::ID_ORDER
-        ));
-        let err = |e| self.db_err(e);
-        let Some(setup) = B::Db::UNBOUNDED else {
-            // One statement, so one snapshot.
-            return each(self, &mut qb, |row| sink(exported::<B::Db>(row)?)).await;
-        };
-        // Not bound by --statement-timeout, which is meant for statements that hold locks
-        // (this one takes none that writers wait on).
-        let mut tx = self.pool().begin().await.map_err(err)?;
-        B::Db::fetch(&mut tx, QueryBuilder::new(setup).build())
-            .try_collect::<Vec<_>>()
-            .await
-            .map_err(err)?;
-        let mut n = 0;
-        {
-            let mut rows = B::Db::fetch(&mut tx, qb.build());
-            while let Some(row) = rows.try_next().await.map_err(err)? {
-                sink(exported::<B::Db>(&row)?)?;
-                n += 1;
-            }
-        }
-        tx.rollback().await.map_err(err)?;
-        Ok(n)
+        export::export(self, filter, sink).await
     }
 }

@@ -56,7 +56,7 @@ impl<B: Backend> Revise for B {
         ));
         B::Db::bind(&mut qb, Bind::Text(rev.discard_note.clone()));
         qb.push(" WHERE ");
-        B::Db::push_exact_id(&mut qb, &rev.original_id);
+        B::Db::push_exact_ids(&mut qb, std::slice::from_ref(&rev.original_id));
         qb.push(format!(
             " AND {} RETURNING id",
             state_of::<B::Db>(State::Pending)

@@ -165,12 +165,6 @@ impl WriteDialect for Sqlite {
     const V1_TOKEN: &'static str = V1_TOKEN;
     const STEP_OPEN: &'static str = "";
 
-    fn push_write_ids(qb: &mut QueryBuilder<'static, Self>, ids: &[String]) {
-        qb.push(EXACT_IDS[0]);
-        qb.push_bind(exact_ids_json(ids));
-        qb.push(EXACT_IDS[1]);
-    }
-
     fn lease_ended_now() -> String {
         format!("min(COALESCE({LEASE_END}, {NOW_US}), {NOW_US})")
     }

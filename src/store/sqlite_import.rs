@@ -133,51 +133,14 @@ impl SqliteStore {
         skip_existing: bool,
         report: &mut ImportReport,
     ) -> Result<()> {
-        let sql = format!(
-            "INSERT {} INTO dead_letters (id, body, reason, attempts, headers_json, \
-             replay_claim_owner, replay_claim_expires_at, last_replay_error, event_id, error, \
-             producer, schema_version, source_queue, exchange, routing_key, dead_lettered_at, \
-             discard_note, eff_producer, eff_schema_version, eff_event_id, revision_of) \
-             SELECT ?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,COALESCE(?16, {NOW_US}), \
-             ?17,?18,?19,?20,?22 \
-             WHERE NOT EXISTS (SELECT 1 FROM dead_letters WHERE id = ?21)",
-            if skip_existing { "OR IGNORE" } else { "" }
-        );
-        let [eff_producer, eff_schema_version, eff_event_id] = hint(&r);
-        let res = sqlx::query(sql.as_str())
-            .bind(&r.id)
-            // Moved, not copied: a body may be tens of MiB.
-            .bind(std::mem::take(&mut r.body))
-            .bind(&r.reason)
-            .bind(r.attempts)
-            .bind(&r.headers_json)
-            .bind(token)
-            .bind(STAGED_UNTIL)
-            .bind(&r.last_replay_error)
-            .bind(&r.event_id)
-            .bind(&r.error)
-            .bind(&r.producer)
-            .bind(&r.schema_version)
-            .bind(&r.source_queue)
-            .bind(&r.exchange)
-            .bind(&r.routing_key)
-            .bind(r.dead_lettered_at.map(to_us))
-            .bind(&r.discard_note)
-            .bind(eff_producer)
-            .bind(eff_schema_version)
-            .bind(eff_event_id)
-            // A worker's BLOB id of these bytes is this dead letter too.
-            .bind(id_bytes(&r.id))
-            .bind(&r.revision_of)
-            .execute(&mut *tx)
-            .await;
+        let res = insert_staged(tx, token, &mut r, skip_existing).await;
         match res {
-            Ok(done) if done.rows_affected() == 0 && skip_existing => {
+            Ok(0) if skip_existing => {
                 report.skipped_existing += 1;
                 return Ok(());
             }
             // Only a BLOB id of the same bytes stops a plain INSERT without an error.
-            Ok(done) if done.rows_affected() == 0 => {
+            Ok(0) => {
                 return Err(DlqError::usage(format!(
                     "line {}: field id: a dead letter with id {:?} already exists, its id stored as bytes by a worker (nothing was imported; use --skip-existing to keep the existing rows)",
                     r.line, r.id
@@ -501,6 +464,56 @@ fn started_of(pid: i64) -> Option<String> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let (_, after_name) = stat.rsplit_once(')')?;
     after_name.split_whitespace().nth(19).map(str::to_string)
+}
+
+/// The row's INSERT, held by the import's `token` until its commit point; the number of
+/// rows inserted (0: its id is taken and `skip_existing`, or a worker's BLOB id of the
+/// same bytes stopped it).
+async fn insert_staged(
+    tx: &mut SqliteConnection,
+    token: &str,
+    r: &mut NewDeadLetter,
+    skip_existing: bool,
+) -> std::result::Result<u64, sqlx::Error> {
+    let sql = format!(
+        "INSERT {} INTO dead_letters (id, body, reason, attempts, headers_json, \
+         replay_claim_owner, replay_claim_expires_at, last_replay_error, event_id, error, \
+         producer, schema_version, source_queue, exchange, routing_key, dead_lettered_at, \
+         discard_note, eff_producer, eff_schema_version, eff_event_id, revision_of) \
+         SELECT ?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,COALESCE(?16, {NOW_US}), \
+         ?17,?18,?19,?20,?22 \
+         WHERE NOT EXISTS (SELECT 1 FROM dead_letters WHERE id = ?21)",
+        if skip_existing { "OR IGNORE" } else { "" }
+    );
+    let [eff_producer, eff_schema_version, eff_event_id] = hint(r);
+    sqlx::query(sql.as_str())
+        .bind(&r.id)
+        // Moved, not copied: a body may be tens of MiB.
+        .bind(std::mem::take(&mut r.body))
+        .bind(&r.reason)
+        .bind(r.attempts)
+        .bind(&r.headers_json)
+        .bind(token)
+        .bind(STAGED_UNTIL)
+        .bind(&r.last_replay_error)
+        .bind(&r.event_id)
+        .bind(&r.error)
+        .bind(&r.producer)
+        .bind(&r.schema_version)
+        .bind(&r.source_queue)
+        .bind(&r.exchange)
+        .bind(&r.routing_key)
+        .bind(r.dead_lettered_at.map(to_us))
+        .bind(&r.discard_note)
+        .bind(eff_producer)
+        .bind(eff_schema_version)
+        .bind(eff_event_id)
+        // A worker's BLOB id of these bytes is this dead letter too.
+        .bind(id_bytes(&r.id))
+        .bind(&r.revision_of)
+        .execute(&mut *tx)
+        .await
+        .map(|done| done.rows_affected())
 }
 
 #[cfg(test)]

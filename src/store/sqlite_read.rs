@@ -179,9 +179,10 @@ impl Dialect for Sqlite {
         }
     }
 
-    fn push_exact_id(qb: &mut QueryBuilder<'static, Self>, id: &str) {
-        qb.push("typeof(id) = 'text' AND id = ");
-        qb.push_bind(id.to_string());
+    fn push_exact_ids(qb: &mut QueryBuilder<'static, Self>, ids: &[String]) {
+        qb.push(EXACT_IDS[0]);
+        qb.push_bind(exact_ids_json(ids));
+        qb.push(EXACT_IDS[1]);
     }
 
     fn bucket(unit: &str) -> String {

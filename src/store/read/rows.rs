@@ -1,16 +1,19 @@
 //! Whole rows beyond one SELECT: large bodies read in slices, and the export's rows
 //! (raw columns, history) with the import of that history.
 
-use super::{body_len, required, unreadable, Bind, Decoded, Dialect, Partial, BODY_SLICE};
+use super::columns::body_len;
+use super::decode::unreadable;
+use super::{required, Bind, Decoded, Dialect, Partial, BODY_SLICE};
 use crate::error::{DlqError, Result};
 use crate::model::{token_operator, DeadLetter};
 use crate::store::NewDeadLetter;
 use futures_util::TryStreamExt;
 use sqlx::QueryBuilder;
 
-/// Completes rows read by [`whole_row`]: each body left out is read in slices into one
-/// buffer of its final size, on `conn` (in one snapshot, see [`whole_rows`]). A row
-/// deleted meanwhile is an error, never a shorter body.
+/// Completes rows read by [`super::whole_row`]: each body left out is read in slices
+/// into one buffer of its final size, on `conn` (in one snapshot, see
+/// [`super::letters::whole_rows`]). A row deleted meanwhile is an error, never a shorter
+/// body.
 pub(super) async fn read_bodies<D: Dialect>(
     conn: &mut D::Connection,
     rows: Vec<Partial>,

@@ -1,0 +1,199 @@
+//! Waiting for a set of publisher confirms and judging each publish by the contract,
+//! conservatively: [`PublishResult::Failed`] only where the broker certainly does not
+//! have the message (the connection was blocked before sending, a nack from the one
+//! queue of the default exchange on a broker known to be one node, or an ack that came
+//! with the message returned as unroutable); [`PublishResult::Uncertain`] wherever the
+//! message may have reached a queue (lost connection or timeout after the publish was
+//! handed to the socket, any other nack). Apart from [`super::publish`] because judging
+//! is the part the contract is about, and it needs no socket code to read.
+
+use super::codec::DEAD_LETTER_ID_HEADER;
+use super::publish::{PublishResult, Publisher, Sent, Target};
+use crate::secret::scrub;
+use crate::topology::BrokerTopology;
+use futures_util::FutureExt;
+use lapin::types::AMQPValue;
+use lapin::{Confirmation, PublisherConfirm};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// How waiting for one confirm ended.
+enum Waited {
+    Known(PublishResult),
+    Confirmation(Box<Confirmation>),
+    /// No answer by the deadline, or interrupted: the future is kept to look at once more.
+    Open(std::pin::Pin<Box<PublisherConfirm>>, &'static str),
+    Lost(String),
+}
+
+impl Publisher {
+    /// Waits for the confirms of `sent` (each until its deadline, or until `stop` is
+    /// set) and judges each publish. Returned messages are matched to publishes by their
+    /// `x-dead-letter-id` header over the whole set: lapin hands a `basic.return` to
+    /// whichever confirm completes next, not to the message it belongs to. Every
+    /// publish on this channel must be in one call, so that no return can land on a
+    /// confirm outside it; after an unanswered confirm the channel is not used again.
+    pub async fn settle(&self, sent: Vec<Sent>, stop: &AtomicBool) -> Vec<(String, PublishResult)> {
+        let mut waited = Vec::with_capacity(sent.len());
+        for s in sent {
+            let w = match s.confirm {
+                Err(known) => Waited::Known(known),
+                Ok(mut confirm) => {
+                    match until_deadline_or_stop(&mut confirm, s.deadline, stop).await {
+                        Some(Ok(c)) => Waited::Confirmation(Box::new(c)),
+                        Some(Err(e)) => Waited::Lost(scrub(&e.to_string())),
+                        None if stop.load(Ordering::SeqCst) => Waited::Open(confirm, "interrupted"),
+                        None => Waited::Open(confirm, "timeout"),
+                    }
+                }
+            };
+            waited.push((s.id, s.target, w));
+        }
+        // A confirm given up on may have completed meanwhile (and carry a return).
+        for (_, _, w) in &mut waited {
+            if let Waited::Open(confirm, _) = w {
+                if let Some(r) = confirm.as_mut().now_or_never() {
+                    *w = match r {
+                        Ok(c) => Waited::Confirmation(Box::new(c)),
+                        Err(e) => Waited::Lost(scrub(&e.to_string())),
+                    };
+                }
+            }
+        }
+        let mut returned = HashMap::new();
+        let mut unmatched = 0usize;
+        for (_, _, w) in &mut waited {
+            if let Waited::Confirmation(c) = w {
+                let (Confirmation::Ack(r) | Confirmation::Nack(r)) = c.as_mut() else {
+                    continue;
+                };
+                if let Some(ret) = r.take() {
+                    match dead_letter_id(&ret) {
+                        Some(id) => {
+                            let why = format!("{} {}", ret.reply_code, ret.reply_text);
+                            returned.insert(id, why);
+                        }
+                        None => unmatched += 1,
+                    }
+                }
+            }
+        }
+        if waited
+            .iter()
+            .any(|(_, _, w)| matches!(w, Waited::Open(..) | Waited::Lost(_)))
+        {
+            self.poisoned.store(true, Ordering::SeqCst);
+        }
+        let results: Vec<(String, PublishResult)> = waited
+            .into_iter()
+            .map(|(id, target, w)| {
+                let result = self.judge(&target, w, returned.get(&id), unmatched);
+                (id, result)
+            })
+            .collect();
+        let count = |f: fn(&PublishResult) -> bool| results.iter().filter(|r| f(&r.1)).count();
+        tracing::debug!(
+            "published {}: {} confirmed, {} failed, {} uncertain",
+            results.len(),
+            count(|r| *r == PublishResult::Confirmed),
+            count(|r| matches!(r, PublishResult::Failed(_))),
+            count(|r| matches!(r, PublishResult::Uncertain(_)))
+        );
+        results
+    }
+
+    /// One publish's outcome by the contract: a certain failure only where the broker
+    /// surely holds no copy (returned as unroutable, or nacked on the default exchange,
+    /// whose route has exactly one queue, by a broker known to be one node); uncertain
+    /// wherever a copy may exist.
+    fn judge(
+        &self,
+        target: &Target,
+        w: Waited,
+        returned: Option<&String>,
+        unmatched: usize,
+    ) -> PublishResult {
+        let host = &self.host;
+        let confirmation = match (w, returned) {
+            (Waited::Known(r), _) => return r,
+            (_, Some(why)) => {
+                return PublishResult::Failed(format!(
+                    "the broker returned it as unroutable: {why} (no queue is bound for this exchange and routing key)"
+                ))
+            }
+            (Waited::Open(_, "interrupted"), None) => return PublishResult::Uncertain(
+                "interrupted after publishing, before the broker's confirm: the message may or may not have been published".into(),
+            ),
+            (Waited::Open(..), None) => {
+                return PublishResult::Uncertain(format!(
+                    "no publisher confirm from {host} within {}: the message may or may not have been published",
+                    humantime::format_duration(self.opts.confirm_timeout)
+                ))
+            }
+            (Waited::Lost(e), None) => return PublishResult::Uncertain(format!(
+                "the connection to {host} was lost after publishing and before the confirm ({e}): the message may or may not have been published"
+            )),
+            (Waited::Confirmation(c), None) => *c,
+        };
+        match confirmation {
+            Confirmation::NotRequested => PublishResult::Uncertain(
+                "the channel was not in confirm mode; the outcome is unknown".into(),
+            ),
+            _ if unmatched > 0 => PublishResult::Uncertain(format!(
+                "the broker returned {unmatched} message(s) without an x-dead-letter-id header on this channel, so returns cannot be matched to rows: this one may or may not have been routed"
+            )),
+            Confirmation::Ack(_) => PublishResult::Confirmed,
+            Confirmation::Nack(_) if target.exchange.is_empty() => default_exchange_nack(self.opts.topology),
+            Confirmation::Nack(_) => PublishResult::Uncertain(format!(
+                "the broker refused it (nack) through exchange {}: one bound queue refused it while others may hold it",
+                target.exchange
+            )),
+        }
+    }
+}
+
+/// A nack on the default exchange (a route of exactly one queue): certain only on a
+/// broker known to be one node.
+fn default_exchange_nack(topology: BrokerTopology) -> PublishResult {
+    match topology {
+        BrokerTopology::Single => PublishResult::Failed(
+            "the broker refused it (nack) on the default exchange, whose route has one queue, on a broker known to be one node (e.g. a full queue with reject-publish)".into(),
+        ),
+        BrokerTopology::Cluster => PublishResult::Uncertain(
+            "the broker refused it (nack) in a cluster: a queue whose node or leader went away is nacked even when a replica kept the message".into(),
+        ),
+        BrokerTopology::Unknown => PublishResult::Uncertain(
+            "the broker refused it (nack) on the default exchange, and dlq does not know that the broker is one node: a cluster, also one behind a single address, nacks what a replica may still hold. If this broker is one node, say so (--broker-topology single, DLQ_BROKER_TOPOLOGY=single or broker_topology = \"single\" in the profile) and such a nack is publish_failed".into(),
+        ),
+    }
+}
+
+/// Awaits `confirm` until `deadline`; `None` when the deadline passed or `stop` was set.
+async fn until_deadline_or_stop(
+    confirm: &mut std::pin::Pin<Box<PublisherConfirm>>,
+    deadline: Instant,
+    stop: &AtomicBool,
+) -> Option<lapin::Result<Confirmation>> {
+    loop {
+        if stop.load(Ordering::SeqCst) {
+            return None;
+        }
+        tokio::select! {
+            r = confirm.as_mut() => return Some(r),
+            _ = tokio::time::sleep_until(deadline) => return None,
+            _ = tokio::time::sleep(Duration::from_millis(25)) => {}
+        }
+    }
+}
+
+/// The `x-dead-letter-id` header of a returned message: the row it belongs to.
+fn dead_letter_id(ret: &lapin::message::BasicReturnMessage) -> Option<String> {
+    let headers = ret.delivery.properties.headers().as_ref()?;
+    match headers.inner().get(DEAD_LETTER_ID_HEADER)? {
+        AMQPValue::LongString(s) => Some(String::from_utf8_lossy(s.as_bytes()).into_owned()),
+        AMQPValue::ShortString(s) => Some(s.as_str().to_string()),
+        _ => None,
+    }
+}

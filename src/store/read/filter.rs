@@ -1,0 +1,89 @@
+//! A [`Filter`] as SQL: the WHERE clause every filtered read and write appends, and the
+//! condition of each state, so that a list, a count, a plan and a prune select alike.
+
+use super::{Bind, Dialect, Doc, TimeCol};
+use crate::model::{Filter, State, UNKNOWN};
+use crate::store::state_predicate_at;
+use sqlx::QueryBuilder;
+
+/// Appends the filter's WHERE clause. Every value is a bound parameter; `--header` and
+/// `--field` first look for their texts in the raw bytes (a cheap test that never rules
+/// out a match, see [`crate::model::ContentMatch::needles`]; SQLite evaluates AND from the left), and
+/// parse the JSON only where the dialect's guard says it parses.
+pub(crate) fn push_where<D: Dialect>(qb: &mut QueryBuilder<'static, D>, f: &Filter) {
+    qb.push(" WHERE 1=1");
+    for (col, val) in [
+        ("reason", &f.reason),
+        ("eff_producer", &f.producer),
+        ("eff_schema_version", &f.schema_version),
+        ("source_queue", &f.source_queue),
+        ("eff_event_id", &f.event_id),
+    ] {
+        match val.as_deref() {
+            None => {}
+            Some(UNKNOWN) if col != "reason" => {
+                qb.push(format!(" AND {col} IS NULL"));
+            }
+            Some(v) => {
+                qb.push(format!(" AND {col} = "));
+                D::bind(qb, Bind::Text(v.to_string()));
+            }
+        }
+    }
+    let settled = format!(
+        "COALESCE({}, {})",
+        D::at(TimeCol::ReplayedAt),
+        D::at(TimeCol::DiscardedAt)
+    );
+    for (col, cmp, t) in [
+        (D::at(TimeCol::DeadLetteredAt), ">=", f.since),
+        (D::at(TimeCol::DeadLetteredAt), "<", f.until),
+        (settled.as_str(), "<", f.settled_before),
+    ] {
+        if let Some(t) = t {
+            qb.push(format!(" AND {col} {cmp} "));
+            D::bind(qb, Bind::Time(t));
+        }
+    }
+    if !f.states.is_empty() {
+        let any: Vec<String> = f.states.iter().map(|st| state_of::<D>(*st)).collect();
+        qb.push(format!(" AND (({}))", any.join(") OR (")));
+    }
+    if f.revisions {
+        qb.push(" AND revision_of IS NOT NULL");
+    }
+    if let Some(g) = &f.grep {
+        qb.push(" AND ");
+        D::push_contains(qb, Doc::Body, Bind::Bytes(g.as_bytes().to_vec()));
+    }
+    if let Some(e) = &f.error_contains {
+        qb.push(" AND ");
+        D::push_contains(qb, Doc::Error, Bind::Text(e.clone()));
+    }
+    let headers = f
+        .headers
+        .iter()
+        .map(|m| (Doc::Headers, m, vec![m.key.as_str()]));
+    let fields = f.fields.iter().map(|m| (Doc::Body, m, m.path()));
+    for (doc, m, path) in headers.chain(fields) {
+        let (before, after) = D::json_guard(doc);
+        qb.push(format!(" AND CASE WHEN {before}"));
+        for n in m.needles(doc == Doc::Body) {
+            qb.push(" AND (");
+            let n = match doc {
+                Doc::Body => Bind::Bytes(n.into_bytes()),
+                _ => Bind::Text(n),
+            };
+            D::push_contains(qb, doc, n);
+            qb.push(format!(" OR {})", D::backslash_in(doc)));
+        }
+        qb.push(format!("{after} THEN "));
+        D::push_json_match(qb, doc, &path, m);
+        qb.push(" ELSE false END");
+    }
+}
+
+/// The condition of one state in the dialect (see [`state_predicate_at`]).
+pub(crate) fn state_of<D: Dialect>(state: State) -> String {
+    state_predicate_at(state, D::NOW, D::at(TimeCol::LeaseEnd))
+}

@@ -1,0 +1,142 @@
+//! The reads that list and count rows by a filter, or by IDs, without their bodies:
+//! `list`, `count`, `aggregate`, the shell's ID completion.
+
+use super::decode::summary;
+use super::{
+    all, by_ids, count_of, each, push_where, select, state_of, summary_columns, text, Backend,
+    Bind, Decoded, Dialect, TimeCol,
+};
+use crate::error::Result;
+use crate::model::{Dimension, Filter, Group, GroupKey, State, Summary};
+use sqlx::QueryBuilder;
+
+pub(super) async fn ids_starting_with<B: Backend>(
+    b: &B,
+    prefix: &str,
+    limit: i64,
+) -> Result<Vec<String>> {
+    let mut qb = QueryBuilder::new("SELECT id FROM dead_letters WHERE substr(id, 1, length(");
+    B::Db::bind(&mut qb, Bind::Text(prefix.to_string()));
+    qb.push(")) = ");
+    B::Db::bind(&mut qb, Bind::Text(prefix.to_string()));
+    qb.push(format!(
+        " AND replayed_at IS NULL AND discarded_at IS NULL ORDER BY {} DESC LIMIT ",
+        B::Db::at(TimeCol::DeadLetteredAt)
+    ));
+    B::Db::bind(&mut qb, Bind::Int(limit));
+    all(b, &mut qb, |r| B::Db::text(r, "id", false))
+        .await
+        .map(|ids| ids.into_iter().flatten().collect())
+}
+
+pub(super) async fn list_each<B: Backend>(
+    b: &B,
+    filter: &Filter,
+    limit: i64,
+    sink: &mut (dyn FnMut(Summary) -> Result<()> + Send),
+) -> Result<u64> {
+    let mut qb = select(&summary_columns::<B::Db>(), filter);
+    qb.push(format!(
+        " ORDER BY {} DESC, id LIMIT ",
+        B::Db::at(TimeCol::DeadLetteredAt)
+    ));
+    B::Db::bind(&mut qb, Bind::Int(limit));
+    each(b, &mut qb, |row| {
+        sink(summary::<B::Db>(row).map_err(|e| b.db_err(e))?)
+    })
+    .await
+}
+
+pub(super) async fn count_at_most<B: Backend>(b: &B, filter: &Filter, cap: i64) -> Result<i64> {
+    // Stops after cap + 1 rows: a flood of rows costs no more than the cap.
+    let mut qb = QueryBuilder::new("SELECT count(*) AS n FROM (SELECT 1 FROM dead_letters");
+    push_where(&mut qb, filter);
+    qb.push(" LIMIT ");
+    B::Db::bind(&mut qb, Bind::Int(cap.saturating_add(1)));
+    qb.push(") AS capped");
+    count_of(b, &mut qb).await
+}
+
+pub(super) async fn aggregate<B: Backend>(
+    b: &B,
+    dims: &[Dimension],
+    filter: &Filter,
+) -> Result<Vec<Group>> {
+    let keys: Vec<String> = dims
+        .iter()
+        .enumerate()
+        .map(|(i, d)| {
+            let expr = match d {
+                Dimension::Reason => "reason".into(),
+                Dimension::Producer => "eff_producer".into(),
+                Dimension::SchemaVersion => "eff_schema_version".into(),
+                Dimension::SourceQueue => "source_queue".into(),
+                Dimension::ErrorClass => "eff_error_class".into(),
+                Dimension::Hour => B::Db::bucket("hour"),
+                Dimension::Day => B::Db::bucket("day"),
+            };
+            format!("{expr} AS k{i}")
+        })
+        .collect();
+    let states: Vec<String> = State::ALL
+        .iter()
+        .map(|st| {
+            let p = state_of::<B::Db>(*st);
+            format!("count(CASE WHEN {p} THEN 1 END) AS {}", st.as_str())
+        })
+        .collect();
+    let n = dims.len();
+    let mut qb = select(
+        &format!(
+            "{}, count(*) AS n, {}, min({at}) AS first_seen, max({at}) AS last_seen",
+            keys.join(", "),
+            states.join(", "),
+            at = B::Db::at(TimeCol::DeadLetteredAt)
+        ),
+        filter,
+    );
+    let positions: Vec<String> = (1..=n).map(|i| i.to_string()).collect();
+    qb.push(format!(
+        " GROUP BY {0} ORDER BY {1} DESC, {0}",
+        positions.join(", "),
+        n + 1
+    ));
+    all(b, &mut qb, |row| {
+        let int = |col: &str| B::Db::int(row, col);
+        let keys = dims
+            .iter()
+            .enumerate()
+            .map(|(i, d)| {
+                let k = format!("k{i}");
+                Ok((
+                    *d,
+                    if d.is_time() {
+                        // A time no row of the group could be read in: "(unknown)".
+                        B::Db::time(row, &k)?.map_or(GroupKey::Text(None), GroupKey::Time)
+                    } else {
+                        GroupKey::Text(text::<B::Db>(row, &k)?)
+                    },
+                ))
+            })
+            .collect::<Decoded<Vec<_>>>()?;
+        Ok(Group {
+            keys,
+            count: int("n")?,
+            pending: int("pending")?,
+            claimed: int("claimed")?,
+            uncertain: int("uncertain")?,
+            replayed: int("replayed")?,
+            discarded: int("discarded")?,
+            first_seen: B::Db::time(row, "first_seen")?,
+            last_seen: B::Db::time(row, "last_seen")?,
+        })
+    })
+    .await
+}
+
+pub(super) async fn summaries<B: Backend>(b: &B, ids: &[String]) -> Result<Vec<Summary>> {
+    let mut qb = by_ids(&summary_columns::<B::Db>(), ids);
+    // A TEXT id first: of two rows shown as one ID, the one a write takes.
+    qb.push(" ORDER BY id_storage");
+    all(b, &mut qb, summary::<B::Db>).await
+}

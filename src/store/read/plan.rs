@@ -1,0 +1,61 @@
+//! The reads a plan needs: the candidates with their body hashes, and the dead
+//! letters that came back after a replay (paged by time and ID).
+
+use super::{all, required, select, text, time, Backend, Bind, Dialect, TimeCol};
+use crate::error::Result;
+use crate::model::{sha256_hex, Filter};
+use crate::store::PlanCandidate;
+use chrono::{DateTime, Utc};
+use sqlx::QueryBuilder;
+
+pub(super) async fn plan_candidates<B: Backend>(
+    b: &B,
+    filter: &Filter,
+    limit: i64,
+) -> Result<Vec<PlanCandidate>> {
+    let mut qb = select("id, reason, eff_producer, eff_schema_version, body", filter);
+    qb.push(format!(
+        " ORDER BY {}, id LIMIT ",
+        B::Db::at(TimeCol::DeadLetteredAt)
+    ));
+    B::Db::bind(&mut qb, Bind::Int(limit));
+    all(b, &mut qb, |r| {
+        let t = |col: &str| text::<B::Db>(r, col);
+        Ok(PlanCandidate {
+            id: required(t("id")?, "id")?,
+            reason: required(t("reason")?, "reason")?,
+            producer: t("eff_producer")?,
+            schema_version: t("eff_schema_version")?,
+            sha256: sha256_hex(required(B::Db::bytes(r, "body")?, "body")?),
+        })
+    })
+    .await
+}
+
+pub(super) async fn dead_lettered_since<B: Backend>(
+    b: &B,
+    after: &(DateTime<Utc>, String),
+    limit: i64,
+) -> Result<Vec<(String, String, DateTime<Utc>)>> {
+    let at = B::Db::at(TimeCol::DeadLetteredAt);
+    let mut qb = QueryBuilder::new(format!(
+        "SELECT id, eff_event_id, {at} AS dead_lettered_at FROM dead_letters \
+         WHERE ({at}, id) > ("
+    ));
+    B::Db::bind(&mut qb, Bind::Time(after.0));
+    qb.push(", ");
+    B::Db::bind(&mut qb, Bind::Text(after.1.clone()));
+    qb.push(format!(
+        ") AND eff_event_id IS NOT NULL ORDER BY {at}, id LIMIT "
+    ));
+    B::Db::bind(&mut qb, Bind::Int(limit));
+    all(b, &mut qb, |r| {
+        let t = |col: &str| text::<B::Db>(r, col);
+        Ok((
+            required(t("id")?, "id")?,
+            required(t("eff_event_id")?, "eff_event_id")?,
+            time::<B::Db>(r, "dead_lettered_at")?,
+        ))
+    })
+    .await
+}
