@@ -219,6 +219,17 @@ impl Out {
         self.write(&format!("{t}\n"));
     }
 
+    /// Whether a progress bar goes on stderr: for people (not with `-o json`), on a
+    /// terminal. Only the bar depends on it; stdout's format does not.
+    pub fn progress_bar(&self) -> bool {
+        self.format != Format::Json && std::io::IsTerminal::is_terminal(&std::io::stderr())
+    }
+
+    /// Whether stdout carries JSON (one line per item of a stream).
+    pub fn is_json(&self) -> bool {
+        self.format == Format::Json
+    }
+
     /// Plain text for people: newlines and tabs kept, other control characters escaped.
     pub fn text(&self, text: &str) {
         self.write(&sanitize::block(text));
@@ -265,6 +276,16 @@ impl Out {
     pub fn stream(&self) -> std::io::BufWriter<std::io::Stdout> {
         std::io::BufWriter::with_capacity(256 * 1024, std::io::stdout())
     }
+}
+
+/// The format asked for with `-o`, or the contract's default: a table on a terminal,
+/// JSON otherwise. Every command prints in this format, whatever else it shows (a
+/// progress bar on stderr never changes what stdout carries).
+pub fn pick_format(asked: Option<Format>) -> Format {
+    asked.unwrap_or(match std::io::IsTerminal::is_terminal(&std::io::stdout()) {
+        true => Format::Table,
+        false => Format::Json,
+    })
 }
 
 /// `COLUMNS`, when set to a width: it wins over the terminal's (and sets one for output

@@ -435,9 +435,8 @@ async fn run_group(
     make_broker: impl Fn() -> Broker,
     interrupted: &std::sync::atomic::AtomicBool,
 ) -> Result<u8> {
-    let bar = ctx.format != Format::Json && std::io::IsTerminal::is_terminal(&std::io::stderr());
     let pacer = run_opts.pacing.pacer.clone();
-    let mut progress = progress::Progress::new(ctx, bar, plan.items.len() as u64, pacer);
+    let mut progress = progress::Progress::new(ctx, plan.items.len() as u64, pacer);
     let result = run_plan(
         store.as_ref(),
         make_broker,
@@ -455,8 +454,8 @@ async fn run_group(
         .iter()
         .map(|(k, v)| format!("{k}={v}"))
         .collect();
-    match progress.is_bar() {
-        true => ctx.out.text(&format!(
+    match ctx.out.is_json() {
+        false => ctx.out.text(&format!(
             "plan {}: {} of {} done ({}){}\n",
             summary.plan_id,
             summary.done,
@@ -468,7 +467,7 @@ async fn run_group(
                 .map(|d| format!("; {d}"))
                 .unwrap_or_default()
         )),
-        false => ctx
+        true => ctx
             .out
             .json_line(&serde_json::json!({ "summary": summary })),
     }
