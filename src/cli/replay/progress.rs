@@ -49,8 +49,10 @@ impl<'a> Progress<'a> {
                 }
                 *self.counts.entry(r.outcome).or_default() += 1;
                 self.switches = summary.node_switches;
-                let line = (r.outcome != Outcome::Replayed && !self.ctx.out.is_json())
-                    .then(|| dlq::sanitize::line(&format!("{}: {} ({})", r.id, r.outcome, r.detail)).into_owned());
+                let line = (r.outcome != Outcome::Replayed && !self.ctx.out.is_json()).then(|| {
+                    dlq::sanitize::line(&format!("{}: {} ({})", r.id, r.outcome, r.detail))
+                        .into_owned()
+                });
                 match (&self.bar, line) {
                     (Some(pb), line) => {
                         pb.inc(1);
