@@ -505,3 +505,8 @@ pub fn say(line: &str) {
     let text = dlq::sanitize::line(&dlq::secret::scrub(line).replace('\n', " ")).into_owned();
     let _ = writeln!(std::io::stderr().lock(), "{text}");
 }
+
+/// Several lines on stderr (a prompt's context), each as [`say`] writes one.
+pub fn say_lines(text: &str) {
+    text.lines().for_each(say);
+}

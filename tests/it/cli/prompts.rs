@@ -108,3 +108,53 @@ fn a_plain_terminal_prompt_defaults_to_no() {
     );
     assert_eq!(rabbit.count(&q), 0);
 }
+
+/// Once broke: the plan prompt said only "About to replay plan … (N items, made by …),
+/// filters {…}": no target, broker, database, rate or age; the single-replay prompt had
+/// no body size, broker nor database (issue 25, item 2).
+#[test]
+fn a_replay_prompt_says_where_the_messages_go() {
+    let mut rabbit = Rabbit::new();
+    let q = rabbit.queue("dlq_where");
+    let db = TestDb::migrated(Backend::Sqlite);
+    db.add(letter("w1", &q, b"{\"n\":1}"));
+    db.add(letter("w2", &q, b"{\"n\":2}"));
+    let plan = db.plan_file(&[]);
+    let args = format!(
+        "replay --plan {} --routing-key elsewhere --rate 2/s",
+        plan.path().display()
+    );
+    let r = on_a_terminal(&db, &[], &args, "\n");
+    for shown in [
+        "2 items",
+        " ago",
+        "routing key elsewhere",
+        "--routing-key",
+        "@127.0.0.1:5672/%2f",
+        &db.url,
+        "rate 2/s",
+        "producer:",
+        "inventory 2",
+    ] {
+        assert!(
+            r.stdout.contains(shown),
+            "{shown:?} not shown:\n{}",
+            r.stdout
+        );
+    }
+    assert!(
+        !r.stdout.contains("guest:guest"),
+        "a password shown: {}",
+        r.stdout
+    );
+    assert_eq!(rabbit.count(&q), 0, "declined: {}", r.all());
+    let r = on_a_terminal(&db, &[], "replay w1", "\n");
+    for shown in ["7 bytes", "@127.0.0.1:5672/%2f", &db.url] {
+        assert!(
+            r.stdout.contains(shown),
+            "{shown:?} not shown:\n{}",
+            r.stdout
+        );
+    }
+    assert_eq!(rabbit.count(&q), 0);
+}
