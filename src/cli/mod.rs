@@ -5,6 +5,7 @@
 
 mod aggregate;
 mod args;
+mod breakdown;
 mod broker;
 mod capture;
 mod check;

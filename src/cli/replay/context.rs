@@ -90,14 +90,8 @@ fn mix(plan: &Plan) -> Vec<String> {
     plan.mix
         .iter()
         .map(|(field, values)| {
-            let mut v: Vec<(&String, &usize)> = values.iter().collect();
-            v.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
-            let top: Vec<String> = v.iter().take(3).map(|(k, n)| format!("{k} {n}")).collect();
-            let more = match v.len() > 3 {
-                true => format!(", {} more", v.len() - 3),
-                false => String::new(),
-            };
-            format!("  {:<11}{}{more}", format!("{field}: "), top.join(", "))
+            let top = crate::cli::breakdown::top(values);
+            format!("  {:<11}{top}", format!("{field}: "))
         })
         .collect()
 }

@@ -158,3 +158,24 @@ fn a_replay_prompt_says_where_the_messages_go() {
     }
     assert_eq!(rabbit.count(&q), 0);
 }
+
+/// Once broke: bulk `discard` asked "About to discard 3 dead letters" without saying
+/// which producers or schema versions (issue 25, item 2).
+#[test]
+fn a_bulk_discard_prompt_names_producers_and_schema_versions() {
+    let db = TestDb::migrated(Backend::Sqlite);
+    for (id, producer) in [("b1", "billing"), ("b2", "billing"), ("b3", "orders")] {
+        let mut l = letter(id, "q", b"{}");
+        l["producer"] = producer.into();
+        db.add(l);
+    }
+    let r = on_a_terminal(
+        &db,
+        &[],
+        "discard --reason retries_exhausted --note t",
+        "\n",
+    );
+    assert!(r.stdout.contains("billing 2, orders 1"), "{}", r.stdout);
+    assert!(r.stdout.contains("schema versions: 5 3"), "{}", r.stdout);
+    assert_eq!(db.show("b1")["state"], "pending", "declined: {}", r.all());
+}
