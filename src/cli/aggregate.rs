@@ -2,7 +2,7 @@
 
 use super::filters::FilterArgs;
 use super::output::say;
-use super::output::{thousands, time, time_or};
+use super::output::{thousands, time, time_or, Column, Fit};
 use super::Result;
 use super::{Ctx, Format};
 use clap::Args;
@@ -41,6 +41,26 @@ fn key_text(k: &GroupKey) -> String {
     }
 }
 
+/// The `--by` keys are never left out; the counts give way, COUNT last.
+fn columns(by: &[Dimension]) -> Vec<Column> {
+    let mut header: Vec<Column> = by
+        .iter()
+        .map(|d| Column::new(&d.name().to_uppercase(), Fit::Keep))
+        .collect();
+    let extras = [
+        ("COUNT", 9),
+        ("PENDING", 8),
+        ("CLAIMED", 2),
+        ("UNCERTAIN", 6),
+        ("REPLAYED", 1),
+        ("DISCARDED", 0),
+        ("FIRST SEEN", 3),
+        ("LAST SEEN", 5),
+    ];
+    header.extend(extras.map(|(name, rank)| Column::new(name, Fit::Drop(rank))));
+    header
+}
+
 pub async fn run(ctx: &Ctx, args: AggregateArgs) -> Result<u8> {
     let store = ctx.store().await?;
     let filter = args.filters.resolve(store.as_ref()).await?;
@@ -74,28 +94,14 @@ pub async fn run(ctx: &Ctx, args: AggregateArgs) -> Result<u8> {
             ctx.out.json(&rows);
         }
         Format::Table | Format::Markdown => {
-            let mut header: Vec<String> =
-                args.by.0.iter().map(|d| d.name().to_uppercase()).collect();
-            header.extend(
-                [
-                    "COUNT",
-                    "PENDING",
-                    "CLAIMED",
-                    "UNCERTAIN",
-                    "REPLAYED",
-                    "DISCARDED",
-                    "FIRST SEEN",
-                    "LAST SEEN",
-                ]
-                .map(String::from),
-            );
+            let mut header = columns(&args.by.0);
             // Over time, a bar per bucket shows a burst at a glance; the table then runs
             // in time order (JSON keeps the contract's largest-first order).
             let chart = args.by.0.len() == 1 && args.by.0[0].is_time();
             let max = groups.iter().map(|g| g.count).max().unwrap_or(1).max(1);
             let mut shown: Vec<&Group> = groups.iter().collect();
             if chart {
-                header.push(String::new());
+                header.push(Column::new("", Fit::Drop(7)));
                 shown.sort_by_key(|g| match g.keys.first() {
                     Some((_, GroupKey::Time(t))) => Some(*t),
                     _ => g.first_seen,

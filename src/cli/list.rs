@@ -2,7 +2,7 @@
 
 use super::filters::FilterArgs;
 use super::output::say;
-use super::output::{opt, thousands, time_or, truncate, UNREADABLE};
+use super::output::{opt, thousands, time_or, truncate, Column, Fit, UNREADABLE};
 use super::Result;
 use super::{Ctx, Format};
 use clap::Args;
@@ -61,6 +61,25 @@ pub async fn run(ctx: &Ctx, args: ListArgs) -> Result<u8> {
     Ok(dlq::exit::OK)
 }
 
+/// The table's columns: an ID, the time, the reason, the producer and the state are
+/// never left out, nor a column filtered for; the error is cut to fit.
+fn columns(filters: &FilterArgs) -> Vec<Column> {
+    let schema = match filters.schema_version {
+        Some(_) => Fit::Keep,
+        None => Fit::Drop(1),
+    };
+    vec![
+        Column::new("ID", Fit::Keep),
+        Column::new("DEAD-LETTERED", Fit::Keep),
+        Column::new("REASON", Fit::Keep),
+        Column::new("PRODUCER", Fit::Keep),
+        Column::new("SCHEMA", schema),
+        Column::new("ATTEMPTS", Fit::Drop(0)),
+        Column::new("STATE", Fit::Keep),
+        Column::new("ERROR", Fit::Cut),
+    ]
+}
+
 /// Counting stops here unless `--count` asks: on a flood, an exact count costs far more
 /// than the page (docs/performance.md).
 const COUNT_CAP: i64 = 10_000;
@@ -86,18 +105,7 @@ async fn render(ctx: &Ctx, store: &dyn dlq::store::Store, args: &ListArgs) -> Re
             shown
         }
         Format::Table | Format::Markdown => {
-            let header = [
-                "ID",
-                "DEAD-LETTERED",
-                "REASON",
-                "PRODUCER",
-                "SCHEMA",
-                "ATTEMPTS",
-                "STATE",
-                "ERROR",
-            ]
-            .map(String::from)
-            .to_vec();
+            let header = columns(&args.filters);
             let mut table = ctx.out.table_chunks(header);
             let shown = store
                 .list_each(&filter, args.limit, &mut |r| {
@@ -109,7 +117,7 @@ async fn render(ctx: &Ctx, store: &dyn dlq::store::Store, args: &ListArgs) -> Re
                         opt(&r.schema_version),
                         r.attempts.to_string(),
                         r.state.as_str().to_string(),
-                        truncate(r.error.as_deref().unwrap_or(""), 48),
+                        truncate(r.error.as_deref().unwrap_or(""), 200),
                     ]);
                     ctx.out.check()
                 })

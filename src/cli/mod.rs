@@ -5,6 +5,7 @@
 
 mod aggregate;
 mod args;
+mod breakdown;
 mod broker;
 mod capture;
 mod check;
@@ -39,7 +40,6 @@ mod show;
 use clap::{CommandFactory, FromArgMatches};
 use dlq::error::DlqError;
 use dlq::secret::SecretUrl;
-use std::io::IsTerminal;
 use std::time::Duration;
 
 /// A command's result: a library error ([`DlqError`], which decides the exit code) with
@@ -117,14 +117,7 @@ pub fn main() -> u8 {
         std::slice::from_ref(&cli.global.database_url),
     );
     init_logging(cli.global.verbose);
-    let format = cli
-        .global
-        .output
-        .unwrap_or(if std::io::stdout().is_terminal() {
-            Format::Table
-        } else {
-            Format::Json
-        });
+    let format = output::pick_format(cli.global.output);
     let ctx = Ctx {
         global: cli.global,
         format,

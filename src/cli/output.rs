@@ -10,13 +10,16 @@
 //! quietly; a plan run is stopped like Ctrl-C (see [`Out::stop_on_close`]).
 
 use super::Format;
-use comfy_table::{presets, ColumnConstraint, ContentArrangement, Table, Width};
+mod table;
+
+use comfy_table::presets;
 use dlq::error::{DlqError, Result};
 use dlq::sanitize;
 use serde::Serialize;
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+pub use table::{Column, Fit};
 
 /// Why stdout could not be written.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -151,7 +154,7 @@ impl Out {
     /// A table written as its rows arrive, in tables of [`TABLE_CHUNK`] rows: column
     /// widths need every row of a table, so a huge listing is several tables, each with
     /// its header, an empty line apart.
-    pub fn table_chunks(&self, header: Vec<String>) -> TableChunks<'_> {
+    pub fn table_chunks(&self, header: Vec<Column>) -> TableChunks<'_> {
         TableChunks {
             out: self,
             header,
@@ -162,61 +165,47 @@ impl Out {
 
     /// A table with a header row, as a terminal table or as Markdown. Every cell is
     /// shown on one line with its control characters escaped. On a terminal (or with
-    /// `COLUMNS` set) the table fits its width: an ID (or a time, a state) is never
-    /// wrapped, so it can be copied whole; free text (an error) wraps first, then the
-    /// least useful columns are left out (said on stderr) when even that does not fit.
-    pub fn table(&self, header: Vec<String>, rows: Vec<Vec<String>>) {
+    /// `COLUMNS` set) the table fits its width as each column's [`Fit`] allows (see
+    /// [`table`]); what is left out, or a vertical layout, is said on stderr.
+    pub fn table(&self, columns: Vec<Column>, rows: Vec<Vec<String>>) {
         let markdown = self.format == Format::Markdown;
-        let cell = |s: &String| {
-            if markdown {
-                sanitize::markdown_cell(s)
-            } else {
-                sanitize::line(s).into_owned()
-            }
+        let cell = |s: &String| match markdown {
+            true => sanitize::markdown_cell(s),
+            false => sanitize::line(s).into_owned(),
         };
-        let header: Vec<String> = header.iter().map(cell).collect();
+        let columns: Vec<Column> = columns
+            .into_iter()
+            .map(|c| Column {
+                name: cell(&c.name),
+                ..c
+            })
+            .collect();
         let rows: Vec<Vec<String>> = rows.iter().map(|r| r.iter().map(cell).collect()).collect();
-        let mut t = Table::new();
-        let mut kept: Vec<usize> = (0..header.len()).collect();
-        if markdown {
-            t.load_style(presets::ASCII_MARKDOWN);
-        } else {
-            t.load_style(presets::UTF8_FULL_CONDENSED)
-                .set_content_arrangement(ContentArrangement::Dynamic);
-            if let Some(width) = columns_env() {
-                t.set_width(width);
-            }
-            if let Some(width) = t.width() {
-                kept = fit(&header, &rows, usize::from(width));
-                let left_out: Vec<&str> = (0..header.len())
-                    .filter(|i| !kept.contains(i))
-                    .map(|i| header[i].as_str())
-                    .collect();
-                if !left_out.is_empty() {
-                    eprintln!(
-                        "narrow terminal: {} not shown (widen it, or use -o json)",
-                        left_out.join(", ")
-                    );
-                }
-            }
+        let fitted = match markdown {
+            true => table::render(presets::ASCII_MARKDOWN, &columns, &rows, None),
+            false => table::render(table::TERMINAL, &columns, &rows, terminal_width()),
+        };
+        if !fitted.left_out.is_empty() {
+            say(&format!(
+                "narrow terminal: {} not shown (widen it, or use -o json)",
+                fitted.left_out.join(", ")
+            ));
         }
-        let pick = |r: &Vec<String>| kept.iter().map(|&i| r[i].clone()).collect::<Vec<_>>();
-        t.set_header(pick(&header));
-        for r in &rows {
-            t.add_row(pick(r));
+        if fitted.vertical {
+            say("narrow terminal: one field a line (widen it, or use -o json)");
         }
-        if !markdown {
-            let constraints = kept.iter().map(|&i| {
-                if FREE_TEXT.contains(&header[i].as_str()) {
-                    // The width comfy-table counts includes the cell's padding.
-                    ColumnConstraint::LowerBoundary(Width::Fixed(min_width(&header[i]) as u16 + 2))
-                } else {
-                    ColumnConstraint::ContentWidth
-                }
-            });
-            t.set_constraints(constraints);
-        }
-        self.write(&format!("{t}\n"));
+        self.write(&format!("{}\n", fitted.text));
+    }
+
+    /// Whether a progress bar goes on stderr: for people (not with `-o json`), on a
+    /// terminal. Only the bar depends on it; stdout's format does not.
+    pub fn progress_bar(&self) -> bool {
+        self.format != Format::Json && std::io::IsTerminal::is_terminal(&std::io::stderr())
+    }
+
+    /// Whether stdout carries JSON (one line per item of a stream).
+    pub fn is_json(&self) -> bool {
+        self.format == Format::Json
     }
 
     /// Plain text for people: newlines and tabs kept, other control characters escaped.
@@ -267,6 +256,16 @@ impl Out {
     }
 }
 
+/// The format asked for with `-o`, or the contract's default: a table on a terminal,
+/// JSON otherwise. Every command prints in this format, whatever else it shows (a
+/// progress bar on stderr never changes what stdout carries).
+pub fn pick_format(asked: Option<Format>) -> Format {
+    asked.unwrap_or(match std::io::IsTerminal::is_terminal(&std::io::stdout()) {
+        true => Format::Table,
+        false => Format::Json,
+    })
+}
+
 /// `COLUMNS`, when set to a width: it wins over the terminal's (and sets one for output
 /// that is not a terminal).
 fn columns_env() -> Option<u16> {
@@ -278,57 +277,12 @@ fn columns_env() -> Option<u16> {
         .filter(|w| *w >= 20)
 }
 
-/// Columns left out first when a table cannot fit, most expendable first; `ID` never is.
-const LEAVE_OUT_FIRST: [&str; 6] = [
-    "SCHEMA",
-    "PRODUCER",
-    "ATTEMPTS",
-    "ERROR",
-    "DEAD-LETTERED",
-    "REASON",
-];
-
-/// Columns of free text, which wrap to fit; every other column keeps its content's width
-/// (an ID, a time, a state are never broken).
-const FREE_TEXT: [&str; 3] = ["ERROR", "DETAIL", "NOTE"];
-
-/// The narrowest a free-text column is made before columns are left out.
-fn min_width(header: &str) -> usize {
-    header.chars().count().max(12)
-}
-
-/// The columns (indices) of a table that fit in `width`: each at its content's width,
-/// free-text ones at [`min_width`] or their content's width if smaller.
-fn fit(header: &[String], rows: &[Vec<String>], width: usize) -> Vec<usize> {
-    let natural = |i: usize| {
-        rows.iter()
-            .map(|r| r[i].chars().count())
-            .chain([header[i].chars().count()])
-            .max()
-            .unwrap_or(0)
-    };
-    // Each column's width, measured once over the rows.
-    let need: Vec<usize> = (0..header.len())
-        .map(|i| match header[i].as_str() {
-            h if FREE_TEXT.contains(&h) => natural(i).min(min_width(h)),
-            _ => natural(i),
-        })
-        .collect();
-    let mut kept: Vec<usize> = (0..header.len()).collect();
-    let total = |kept: &[usize]| kept.iter().map(|&i| need[i] + 3).sum::<usize>() + 1;
-    while total(&kept) > width {
-        let next = LEAVE_OUT_FIRST
-            .iter()
-            .find_map(|name| kept.iter().position(|&i| header[i] == *name))
-            .or_else(|| kept.iter().rposition(|&i| header[i] != "ID"));
-        match next {
-            Some(pos) if kept.len() > 1 => {
-                kept.remove(pos);
-            }
-            _ => break,
-        }
-    }
-    kept
+/// The width a table must fit: `COLUMNS`, else the terminal's; none when stdout is not
+/// a terminal and `COLUMNS` is unset.
+fn terminal_width() -> Option<usize> {
+    columns_env()
+        .or_else(|| comfy_table::Table::new().width())
+        .map(usize::from)
 }
 
 /// See [`Out::json_array`].
@@ -385,7 +339,7 @@ pub const TABLE_CHUNK: usize = 1000;
 /// See [`Out::table_chunks`].
 pub struct TableChunks<'o> {
     out: &'o Out,
-    header: Vec<String>,
+    header: Vec<Column>,
     rows: Vec<Vec<String>>,
     printed: bool,
 }
@@ -550,4 +504,9 @@ pub fn say(line: &str) {
     use std::io::Write;
     let text = dlq::sanitize::line(&dlq::secret::scrub(line).replace('\n', " ")).into_owned();
     let _ = writeln!(std::io::stderr().lock(), "{text}");
+}
+
+/// Several lines on stderr (a prompt's context), each as [`say`] writes one.
+pub fn say_lines(text: &str) {
+    text.lines().for_each(say);
 }

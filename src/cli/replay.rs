@@ -1,5 +1,6 @@
 //! `dlq replay ID` and `dlq replay --plan FILE`: both go through [`dlq::replay::replay`].
 
+mod context;
 mod progress;
 
 use super::output::say;
@@ -262,6 +263,7 @@ async fn single(
     publisher_opts: PublisherOptions,
 ) -> Result<u8> {
     validate_id(id)?;
+    let broker_shown = context::broker(&amqp);
     let mut broker = Broker::new(amqp, publisher_opts, None);
     if args.yes && !args.dry_run {
         // Nothing to ask: connect to the broker while the database work runs.
@@ -324,14 +326,17 @@ async fn single(
         };
         let preview = super::output::truncate(&String::from_utf8_lossy(&row.body), 200);
         let line = |s: &str| dlq::sanitize::line(s).into_owned();
-        say(&format!(
-            "About to replay:\n  id:        {}\n  event id:  {}\n  reason:    {}\n  producer:  {}\n  target:    {}\n  sha256:    {}\n  body:      {}",
+        super::output::say_lines(&format!(
+            "About to replay:\n  id:        {}\n  event id:  {}\n  reason:    {}\n  producer:  {}\n  target:    {}\n  broker:    {}\n  database:  {}\n  sha256:    {}\n  body:      {} bytes: {}",
             line(id),
             line(row.summary.event_id.as_deref().unwrap_or("(unknown)")),
             line(&row.summary.reason),
             line(row.summary.producer.as_deref().unwrap_or("(unknown)")),
             line(&target.to_string()),
+            line(&broker_shown),
+            line(&ctx.database_url()?.to_string()),
             row.sha256(),
+            row.body.len(),
             line(&preview)
         ));
         if !confirm(ctx, "Replay it?").await? {
@@ -382,16 +387,19 @@ async fn group(
         None => None,
     };
     if require_consent(ctx, args.yes, "replay")? {
-        say(&format!(
-            "{}",
-            dlq::sanitize::line(&format!(
-                "About to replay plan {} ({} items, made by {} at {}), filters {}",
-                plan.plan_id,
-                plan.items.len(),
-                plan.created_by,
-                super::output::time(plan.created_at),
-                serde_json::to_string(&plan.filters).unwrap_or_default()
-            ))
+        let ids: Vec<String> = plan
+            .ids()
+            .into_iter()
+            .take(context::TARGET_SAMPLE)
+            .collect();
+        let sample = store.summaries(&ids).await?;
+        super::output::say_lines(&context::plan_header(
+            &plan,
+            args,
+            &ctx.database_url()?.to_string(),
+            &context::broker(&amqp),
+            &context::targets(&sample, &opts, plan.items.len()),
+            store.now().await?,
         ));
         if !confirm(ctx, "Replay this plan?").await? {
             say("declined; nothing was claimed or published");
@@ -436,9 +444,8 @@ async fn run_group(
     make_broker: impl Fn() -> Broker,
     interrupted: &std::sync::atomic::AtomicBool,
 ) -> Result<u8> {
-    let bar = ctx.format != Format::Json && std::io::IsTerminal::is_terminal(&std::io::stderr());
     let pacer = run_opts.pacing.pacer.clone();
-    let mut progress = progress::Progress::new(ctx, bar, plan.items.len() as u64, pacer);
+    let mut progress = progress::Progress::new(ctx, plan.items.len() as u64, pacer);
     let result = run_plan(
         store.as_ref(),
         make_broker,
@@ -456,8 +463,8 @@ async fn run_group(
         .iter()
         .map(|(k, v)| format!("{k}={v}"))
         .collect();
-    match progress.is_bar() {
-        true => ctx.out.text(&format!(
+    match ctx.out.is_json() {
+        false => ctx.out.text(&format!(
             "plan {}: {} of {} done ({}){}\n",
             summary.plan_id,
             summary.done,
@@ -469,7 +476,7 @@ async fn run_group(
                 .map(|d| format!("; {d}"))
                 .unwrap_or_default()
         )),
-        false => ctx
+        true => ctx
             .out
             .json_line(&serde_json::json!({ "summary": summary })),
     }

@@ -249,6 +249,9 @@ where
             "About to {verb} {what} ({}): {note}",
             change.meaning
         ));
+        if !sel.single {
+            super::output::say_lines(&super::breakdown::lines(store, &sel.ids).await?);
+        }
         let mut question = verb.to_string();
         question[..1].make_ascii_uppercase();
         if !confirm(ctx, &format!("{question}?")).await? {

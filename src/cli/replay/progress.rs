@@ -1,6 +1,8 @@
-//! What `dlq replay --plan` shows as it goes: on a terminal a progress bar (counts per
-//! outcome, the current rate, what the run waits for); otherwise one JSON line per item on
-//! stdout and, on stderr, one line when a wait (canary, target depth) starts and ends.
+//! What `dlq replay --plan` shows as it goes. With `-o json` one JSON line per item on
+//! stdout; otherwise a line on stderr for each item not replayed. On a terminal (not with
+//! `-o json`) a progress bar on stderr (counts per outcome, the current rate, what the run
+//! waits for); without one, a line on stderr when a wait (canary, target depth) starts and
+//! ends. The bar never decides what stdout carries: `-o` does.
 
 use super::super::report::ItemView;
 use super::super::Ctx;
@@ -22,20 +24,16 @@ pub struct Progress<'a> {
 }
 
 impl<'a> Progress<'a> {
-    /// A bar when `bar` (a terminal), else lines.
-    pub fn new(ctx: &'a Ctx, bar: bool, len: u64, pacer: Option<Arc<Pacer>>) -> Self {
+    /// A bar when the output module says one goes on stderr, else lines.
+    pub fn new(ctx: &'a Ctx, len: u64, pacer: Option<Arc<Pacer>>) -> Self {
         Progress {
             ctx,
-            bar: bar.then(|| progress_bar(len)),
+            bar: ctx.out.progress_bar().then(|| progress_bar(len)),
             pacer,
             counts: BTreeMap::new(),
             switches: 0,
             waiting: None,
         }
-    }
-
-    pub fn is_bar(&self) -> bool {
-        self.bar.is_some()
     }
 
     pub fn finish(&self) {
@@ -47,14 +45,20 @@ impl<'a> Progress<'a> {
     pub fn on_event(&mut self, e: RunEvent<'_>) {
         match e {
             RunEvent::Item(r, summary) => {
-                let Some(pb) = &self.bar else {
-                    return self.ctx.out.json_line(&ItemView::of(r));
-                };
+                if self.ctx.out.is_json() {
+                    self.ctx.out.json_line(&ItemView::of(r));
+                }
                 *self.counts.entry(r.outcome).or_default() += 1;
                 self.switches = summary.node_switches;
-                pb.inc(1);
-                if r.outcome != Outcome::Replayed {
-                    pb.println(ItemView::of(r).line());
+                let line = (r.outcome != Outcome::Replayed && !self.ctx.out.is_json())
+                    .then(|| ItemView::of(r).line());
+                match (&self.bar, line) {
+                    (Some(pb), line) => {
+                        pb.inc(1);
+                        line.into_iter().for_each(|l| pb.println(l));
+                    }
+                    (None, Some(line)) => crate::cli::output::say(&line),
+                    (None, None) => {}
                 }
             }
             RunEvent::CanaryWait { sent, wait } => {

@@ -108,3 +108,74 @@ fn a_plain_terminal_prompt_defaults_to_no() {
     );
     assert_eq!(rabbit.count(&q), 0);
 }
+
+/// Once broke: the plan prompt said only "About to replay plan … (N items, made by …),
+/// filters {…}": no target, broker, database, rate or age; the single-replay prompt had
+/// no body size, broker nor database (issue 25, item 2).
+#[test]
+fn a_replay_prompt_says_where_the_messages_go() {
+    let mut rabbit = Rabbit::new();
+    let q = rabbit.queue("dlq_where");
+    let db = TestDb::migrated(Backend::Sqlite);
+    db.add(letter("w1", &q, b"{\"n\":1}"));
+    db.add(letter("w2", &q, b"{\"n\":2}"));
+    let plan = db.plan_file(&[]);
+    let args = format!(
+        "replay --plan {} --routing-key elsewhere --rate 2/s",
+        plan.path().display()
+    );
+    let r = on_a_terminal(&db, &[], &args, "\n");
+    for shown in [
+        "2 items",
+        " ago",
+        "routing key elsewhere",
+        "--routing-key",
+        "@127.0.0.1:5672/%2f",
+        &db.url,
+        "rate 2/s",
+        "producer:",
+        "inventory 2",
+    ] {
+        assert!(
+            r.stdout.contains(shown),
+            "{shown:?} not shown:\n{}",
+            r.stdout
+        );
+    }
+    assert!(
+        !r.stdout.contains("guest:guest"),
+        "a password shown: {}",
+        r.stdout
+    );
+    assert_eq!(rabbit.count(&q), 0, "declined: {}", r.all());
+    let r = on_a_terminal(&db, &[], "replay w1", "\n");
+    for shown in ["7 bytes", "@127.0.0.1:5672/%2f", &db.url] {
+        assert!(
+            r.stdout.contains(shown),
+            "{shown:?} not shown:\n{}",
+            r.stdout
+        );
+    }
+    assert_eq!(rabbit.count(&q), 0);
+}
+
+/// Once broke: bulk `discard` asked "About to discard 3 dead letters" without saying
+/// which producers or schema versions (issue 25, item 2).
+#[test]
+fn a_bulk_discard_prompt_names_producers_and_schema_versions() {
+    let db = TestDb::migrated(Backend::Sqlite);
+    for (id, producer) in [("b1", "billing"), ("b2", "billing"), ("b3", "orders")] {
+        let mut l = letter(id, "q", b"{}");
+        l["producer"] = producer.into();
+        db.add(l);
+    }
+    let r = on_a_terminal(
+        &db,
+        &[],
+        "discard --reason retries_exhausted --note t",
+        "\n",
+    );
+    assert!(r.stdout.contains("billing 2, orders 1"), "{}", r.stdout);
+    assert!(r.stdout.contains("schema versions: 5 3"), "{}", r.stdout);
+    assert_eq!(db.show("b1")["state"], "pending", "declined: {}", r.all());
+}

@@ -147,8 +147,7 @@ fn a_plan_run_ends_with_its_summary() {
     assert_eq!(rabbit.drain(&q).len(), 2);
     let again = db.dlq(&["replay", "--plan", path, "--yes"]);
     redacted!({
-        // (JSON lines although `-o table`: the plan run picks its format by whether a
-        // progress bar is shown; pinned as it is.)
+        // `-o table` through a pipe: the summary line for people (once JSON lines).
         insta::assert_snapshot!("plan_run_stdout", t.all());
         insta::assert_snapshot!(
             "plan_rerun_summary_json",
