@@ -5,15 +5,20 @@
 //! actor that never takes its next step, which random sequences do all the time. Time
 //! passes in the database: leases are moved into the past by SQL, never by sleeping.
 //!
-//! The property: a row is published (a successful attempt, not undone by a release after a
-//! certain failure) at most once, plus once more for each `resolve --not-delivered`; and
-//! it is never `replayed` without an attempt. And a rerun (`Rerun`: the whole protocol,
+//! `Edit` makes a revision of the targeted copy (`dlq edit`: the original set aside in the
+//! same transaction), and `Target` points the next steps at any copy, old or new.
+//!
+//! The property: one business event is published (a successful attempt, not undone by a
+//! release after a certain failure) at most once through all its copies, plus once more
+//! for each `resolve --not-delivered`; and a row is never `replayed` without an attempt. And a rerun (`Rerun`: the whole protocol,
 //! as `dlq replay ID` right after a crash at any step) reports an open attempt as
 //! `uncertain`, never `not_replayed`.
 
 use crate::common::*;
 use dlq::secret::SecretUrl;
-use dlq::store::{open, LeaseAfter, NewDeadLetter, Resolution, Store, StoreOptions};
+use dlq::store::{
+    open, LeaseAfter, NewDeadLetter, NewRevision, Resolution, RevisionWrite, Store, StoreOptions,
+};
 use proptest::prelude::*;
 use std::time::Duration;
 
@@ -49,6 +54,12 @@ enum Op {
         min: u64,
     },
     Rerun,
+    /// A revision of the targeted copy.
+    Edit,
+    /// The next steps act on copy `copy` (modulo the copies there are).
+    Target {
+        copy: usize,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -67,6 +78,8 @@ fn op() -> impl Strategy<Value = Op> {
         any::<bool>().prop_map(|delivered| Op::Resolve { delivered }),
         (1..15u64).prop_map(|min| Op::Advance { min }),
         Just(Op::Rerun),
+        Just(Op::Edit),
+        (0..4usize).prop_map(|copy| Op::Target { copy }),
     ]
 }
 
@@ -74,6 +87,8 @@ fn op() -> impl Strategy<Value = Op> {
 #[derive(Debug, Default)]
 struct Model {
     replayed: bool,
+    /// Set aside by an edit (a revision carries the event now).
+    discarded: bool,
     attempt: bool,
     owner: Option<String>,
     expires_in: Option<i64>,
@@ -92,6 +107,8 @@ impl Model {
     fn state(&self) -> &'static str {
         if self.replayed {
             "replayed"
+        } else if self.discarded {
+            "discarded"
         } else if self.attempt {
             "uncertain"
         } else if self.lease_live() {
@@ -170,7 +187,7 @@ impl Harness {
 
     /// `dlq replay ID` as a new process would run it (the broker is never reached: the
     /// row has no target).
-    async fn rerun(&self) -> dlq::model::Outcome {
+    async fn rerun(&self, id: &str) -> dlq::model::Outcome {
         let opts = dlq::publisher::PublisherOptions {
             connect_timeout: Duration::from_secs(5),
             confirm_timeout: Duration::from_secs(5),
@@ -186,7 +203,7 @@ impl Harness {
             ..Default::default()
         };
         let item = dlq::replay::Item {
-            id: ID.into(),
+            id: id.into(),
             expected_sha256: None,
         };
         let stop = std::sync::atomic::AtomicBool::new(false);
@@ -203,16 +220,37 @@ impl Harness {
         reports[0].outcome
     }
 
-    async fn state(&self) -> String {
-        let rows = self.store.summaries(&[ID.to_string()]).await.unwrap();
+    async fn state(&self, id: &str) -> String {
+        let rows = self.store.summaries(&[id.to_string()]).await.unwrap();
         rows[0].state.as_str().to_string()
+    }
+
+    /// `dlq edit` of `id` as a new copy `new`; whether it was written.
+    async fn edit(&self, id: &str, new: &str) -> bool {
+        let rev = NewRevision {
+            original_id: id.into(),
+            discard_note: format!("revised as {new}: model"),
+            row: NewDeadLetter {
+                line: 1,
+                id: new.into(),
+                body: format!("{{\"copy\":\"{new}\"}}").into_bytes(),
+                reason: "retries_exhausted".into(),
+                headers_json: "{}".into(),
+                revision_of: Some(id.into()),
+                ..Default::default()
+            },
+            history: Vec::new(),
+        };
+        self.store.revise(&rev).await.unwrap() == RevisionWrite::Written
     }
 }
 
 async fn check(h: &Harness, ops: Vec<Op>) -> Result<(), TestCaseError> {
     h.reset().await;
-    let ids = vec![ID.to_string()];
-    let mut model = Model::default();
+    // The copies of the one business event: the original, then each revision.
+    let mut copies = vec![ID.to_string()];
+    let mut models = vec![Model::default()];
+    let mut cur = 0;
     // Every token each actor was ever given, newest last.
     let mut tokens: Vec<Vec<String>> = vec![Vec::new(); 3];
     let pick = |tokens: &Vec<Vec<String>>, actor: usize, stale: bool| -> String {
@@ -224,7 +262,31 @@ async fn check(h: &Harness, ops: Vec<Op>) -> Result<(), TestCaseError> {
         }
     };
     for op in ops {
+        match op {
+            Op::Target { copy } => cur = copy % copies.len(),
+            Op::Edit => {
+                let new = format!("{ID}-r{}", copies.len());
+                let got = h.edit(&copies[cur], &new).await;
+                let expect = models[cur].state() == "pending";
+                prop_assert_eq!(
+                    got,
+                    expect,
+                    "edit of {} on {:?}",
+                    &copies[cur],
+                    &models[cur]
+                );
+                if expect {
+                    models[cur].discarded = true;
+                    copies.push(new);
+                    models.push(Model::default());
+                }
+            }
+            _ => {}
+        }
+        let ids = vec![copies[cur].clone()];
+        let model = &mut models[cur];
         let done = match op {
+            Op::Target { .. } | Op::Edit => (true, true),
             Op::Claim { actor, lease_min } => {
                 let token = dlq::replay::new_token(&format!("actor{actor}"));
                 let got = h
@@ -232,7 +294,8 @@ async fn check(h: &Harness, ops: Vec<Op>) -> Result<(), TestCaseError> {
                     .claim(&ids, &token, Duration::from_secs(lease_min * 60), &[])
                     .await
                     .unwrap();
-                let expect = !model.replayed && !model.attempt && !model.lease_live();
+                let expect =
+                    !model.replayed && !model.discarded && !model.attempt && !model.lease_live();
                 if expect {
                     model.owner = Some(token.clone());
                     model.expires_in = Some(lease_min as i64);
@@ -332,7 +395,7 @@ async fn check(h: &Harness, ops: Vec<Op>) -> Result<(), TestCaseError> {
                 (true, true)
             }
             Op::Rerun => {
-                let outcome = h.rerun().await;
+                let outcome = h.rerun(&ids[0]).await;
                 // The row has no target: a rerun that claims it releases it unpublished.
                 let expect = match model.state() {
                     "uncertain" => dlq::model::Outcome::Uncertain,
@@ -348,15 +411,16 @@ async fn check(h: &Harness, ops: Vec<Op>) -> Result<(), TestCaseError> {
             }
         };
         prop_assert_eq!(done.0, done.1, "{:?} on {:?}", op, model);
-        prop_assert_eq!(h.state().await, model.state(), "state after {:?}", op);
+        for (id, m) in copies.iter().zip(&models) {
+            prop_assert_eq!(h.state(id).await, m.state(), "{} after {:?}", id, op);
+            prop_assert!(!m.replayed || m.publishes > 0, "replayed unpublished");
+        }
+        let published: u32 = models.iter().map(|m| m.publishes).sum();
+        let resolved: u32 = models.iter().map(|m| m.resolved_not_delivered).sum();
         prop_assert!(
-            model.publishes <= 1 + model.resolved_not_delivered,
-            "published twice: {:?}",
-            model
-        );
-        prop_assert!(
-            !model.replayed || model.publishes > 0,
-            "replayed unpublished"
+            published <= 1 + resolved,
+            "one event published twice through its copies: {:?}",
+            models
         );
     }
     // An unknown ID is never claimed.
