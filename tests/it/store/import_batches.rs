@@ -244,3 +244,41 @@ fn postgres_import_in_one_transaction_does_not_hold_back_a_workers_insert() {
     assert!(child.wait().unwrap().success());
     assert_eq!(counted(&db), (20_001, 20_001));
 }
+
+/// Once lost a message: `--skip-existing` skipped an id that another import, still
+/// running, held; that import was then killed and undone, deleting the row, while this
+/// one had reported it as already there (exit 0).
+#[test]
+fn skip_existing_never_skips_a_row_another_import_has_not_finished() {
+    let db = TestDb::migrated(Backend::Sqlite);
+    let file = big_file(20_000);
+    let mut other = spawn_import(&db, file.path().to_str().unwrap());
+    wait_until("the other import's first row", || {
+        db.scalar("SELECT count(*) FROM dlq_import_rows WHERE id = 'imp-000000'") > 0
+    });
+    let mine = format!(
+        "{}\n",
+        json!({"id": "imp-000000", "reason": "r", "body_text": "mine"})
+    );
+    let r = db.dlq_stdin(&["import", "--skip-existing", "-"], mine.as_bytes());
+    signal(&other, "KILL");
+    other.wait().unwrap();
+    assert!(
+        db.scalar("SELECT count(*) FROM dlq_import_rows") > 0,
+        "the other import had finished before the kill"
+    );
+    // The next command undoes the killed import; what this import kept must be there.
+    let shown = db.dlq(&["show", "imp-000000"]);
+    assert!(
+        r.code != 0 || shown.code == 0,
+        "reported {} (exit 0), and the row is gone: {}",
+        r.stdout,
+        shown.all()
+    );
+    assert_ne!(r.code, 0, "{}", r.all());
+    assert!(r.stderr.contains("imp-000000"), "{}", r.stderr);
+    // Run again once the other is undone, it imports the row.
+    let again = db.dlq_stdin(&["import", "--skip-existing", "-"], mine.as_bytes());
+    assert_eq!(again.code, 0, "{}", again.all());
+    assert_eq!(db.show("imp-000000")["body_text"], json!("mine"));
+}
