@@ -26,10 +26,10 @@ use crate::store::sqlite_time::to_us;
 use std::time::Instant;
 
 /// The prefix of the claim owner an importing `dlq` holds its rows by.
-pub const STAGED: &str = "dlq-import:";
+pub use crate::store::IMPORT_OWNER as STAGED;
 /// The lease end of a staged row: never reached, read as live by every reader (an
 /// INTEGER would be read as lapsed by a worker comparing with a text time).
-const STAGED_UNTIL: &str = "4000-01-01 00:00:00.000000";
+use crate::store::IMPORT_UNTIL as STAGED_UNTIL;
 /// How long one batch holds the write lock, about.
 const BATCH_TIME: Duration = Duration::from_millis(250);
 /// Bodies per batch at most, whatever the time.

@@ -321,7 +321,10 @@ fn an_export_never_writes_rows_an_import_has_not_finished() {
     );
     assert_ne!(r.code, 0, "{}", r.all());
     assert!(r.stderr.contains("import"), "{}", r.stderr);
-    // Once the import has ended, the row exports as it was imported.
+    // Once the import has ended, the row exports as it was imported; an operator who
+    // happens to be called `dlq-import` holds an ordinary claim.
+    let c = db.dlq_env(&["claim", "imp-000001"], &[("DLQ_OPERATOR", "dlq-import")]);
+    assert_eq!(c.code, 0, "{}", c.all());
     let r = db.dlq(&["export"]);
     assert_eq!(r.code, 0, "{}", r.all());
     let row = r
