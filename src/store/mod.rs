@@ -20,6 +20,29 @@ pub mod sqlite_read;
 pub mod sqlite_time;
 
 pub use alerting::AlertReads;
+
+/// The prefix of the claim owner a SQLite `dlq import` holds its rows by until they are
+/// given back (see `sqlite_import.rs`), followed by a UUID, with a lease to [`IMPORT_UNTIL`].
+pub const IMPORT_OWNER: &str = "dlq-import:";
+/// The lease end of a row an import holds (TEXT: read as live by every reader).
+pub const IMPORT_UNTIL: &str = "4000-01-01 00:00:00.000000";
+
+/// Whether a row's claim is an unfinished import's (its own state not yet in the store).
+/// An operator named `dlq-import`, or a claim imported from such an owner, has another
+/// token or lease end.
+pub(crate) fn import_held(
+    owner: Option<&str>,
+    lease_end: Option<chrono::DateTime<chrono::Utc>>,
+) -> bool {
+    let held_until = chrono::NaiveDateTime::parse_from_str(IMPORT_UNTIL, "%Y-%m-%d %H:%M:%S%.f")
+        .map(|t| t.and_utc())
+        .ok();
+    owner
+        .and_then(|o| o.strip_prefix(IMPORT_OWNER))
+        .is_some_and(|uuid| uuid::Uuid::parse_str(uuid).is_ok())
+        && lease_end.is_some()
+        && lease_end == held_until
+}
 pub use protocol::{LeaseAfter, Resolution};
 pub use read::{Backend, Dialect, Reads};
 pub use revise::{NewRevision, Revise, RevisionWrite};

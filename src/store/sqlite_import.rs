@@ -26,10 +26,10 @@ use crate::store::sqlite_time::to_us;
 use std::time::Instant;
 
 /// The prefix of the claim owner an importing `dlq` holds its rows by.
-pub const STAGED: &str = "dlq-import:";
+pub use crate::store::IMPORT_OWNER as STAGED;
 /// The lease end of a staged row: never reached, read as live by every reader (an
 /// INTEGER would be read as lapsed by a worker comparing with a text time).
-const STAGED_UNTIL: &str = "4000-01-01 00:00:00.000000";
+use crate::store::IMPORT_UNTIL as STAGED_UNTIL;
 /// How long one batch holds the write lock, about.
 const BATCH_TIME: Duration = Duration::from_millis(250);
 /// Bodies per batch at most, whatever the time.
@@ -136,6 +136,16 @@ impl SqliteStore {
         let res = insert_staged(tx, token, &mut r, skip_existing).await;
         match res {
             Ok(0) if skip_existing => {
+                // Kept only if it stays: a row another import has not released may be undone.
+                if held_by_unfinished_import(tx, token, &r.id)
+                    .await
+                    .map_err(|e| self.line_error(r.line, e))?
+                {
+                    return Err(DlqError::other(format!(
+                        "line {}: field id: a dead letter with id {:?} is held by another dlq import that has not finished, and may be undone (nothing was imported; run this import again once that one has ended)",
+                        r.line, r.id
+                    )));
+                }
                 report.skipped_existing += 1;
                 return Ok(());
             }
@@ -414,6 +424,25 @@ async fn forget_rows(
     .execute(&mut *tx)
     .await
     .map(drop)
+}
+
+/// Whether the row `id` (as text or a worker's bytes) is held by an import other than
+/// `token` that has not reached its commit point (live, or being undone).
+async fn held_by_unfinished_import(
+    tx: &mut SqliteConnection,
+    token: &str,
+    id: &str,
+) -> std::result::Result<bool, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM dead_letters d JOIN dlq_imports i \
+             ON i.token = d.replay_claim_owner \
+         WHERE (d.id = ?1 OR d.id = ?2) AND i.token <> ?3 AND i.state <> 'released')",
+    )
+    .bind(id)
+    .bind(id_bytes(id))
+    .bind(token)
+    .fetch_one(&mut *tx)
+    .await
 }
 
 fn taken_for_dead() -> DlqError {

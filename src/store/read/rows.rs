@@ -119,6 +119,14 @@ pub(super) fn exported<D: Dialect>(row: &D::Row) -> Result<NewDeadLetter> {
     let (r, history) = decoded
         .and_then(|r| Ok((r, history?)))
         .map_err(crate::store::db_error)?;
+    // Its own claim and times wait until the import gives it back (or undoes it).
+    let owner = D::text(row, "replay_claim_owner", true).map_err(crate::store::db_error)?;
+    if crate::store::import_held(owner.as_deref(), r.replay_claim_expires_at) {
+        return Err(DlqError::other(format!(
+            "dead letter {:?} is held by a dlq import that has not finished, so its own state is not yet in the store (the lines before it were exported; run export again once the import has ended)",
+            r.id
+        )));
+    }
     Ok(NewDeadLetter {
         history: Some(crate::store::parse_history_json(history.as_deref())?),
         ..r

@@ -244,3 +244,94 @@ fn postgres_import_in_one_transaction_does_not_hold_back_a_workers_insert() {
     assert!(child.wait().unwrap().success());
     assert_eq!(counted(&db), (20_001, 20_001));
 }
+
+/// Once lost a message: `--skip-existing` skipped an id that another import, still
+/// running, held; that import was then killed and undone, deleting the row, while this
+/// one had reported it as already there (exit 0).
+#[test]
+fn skip_existing_never_skips_a_row_another_import_has_not_finished() {
+    let db = TestDb::migrated(Backend::Sqlite);
+    let file = big_file(20_000);
+    let mut other = spawn_import(&db, file.path().to_str().unwrap());
+    wait_until("the other import's first row", || {
+        db.scalar("SELECT count(*) FROM dlq_import_rows WHERE id = 'imp-000000'") > 0
+    });
+    let mine = format!(
+        "{}\n",
+        json!({"id": "imp-000000", "reason": "r", "body_text": "mine"})
+    );
+    let r = db.dlq_stdin(&["import", "--skip-existing", "-"], mine.as_bytes());
+    signal(&other, "KILL");
+    other.wait().unwrap();
+    assert!(
+        db.scalar("SELECT count(*) FROM dlq_import_rows") > 0,
+        "the other import had finished before the kill"
+    );
+    // The next command undoes the killed import; what this import kept must be there.
+    let shown = db.dlq(&["show", "imp-000000"]);
+    assert!(
+        r.code != 0 || shown.code == 0,
+        "reported {} (exit 0), and the row is gone: {}",
+        r.stdout,
+        shown.all()
+    );
+    assert_ne!(r.code, 0, "{}", r.all());
+    assert!(r.stderr.contains("imp-000000"), "{}", r.stderr);
+    // Run again once the other is undone, it imports the row.
+    let again = db.dlq_stdin(&["import", "--skip-existing", "-"], mine.as_bytes());
+    assert_eq!(again.code, 0, "{}", again.all());
+    assert_eq!(db.show("imp-000000")["body_text"], json!("mine"));
+}
+
+/// Once lost a message through a backup: an export taken while an import was running
+/// wrote its unfinished rows as claimed by `dlq-import` until the year 4000 (a row
+/// imported as replayed had `replayed_at` null), exit 0; imported elsewhere, such a row
+/// could never be replayed, released, resolved or discarded.
+#[test]
+fn an_export_never_writes_rows_an_import_has_not_finished() {
+    let db = TestDb::migrated(Backend::Sqlite);
+    let mut file = big_file(20_000);
+    let first = json!({"id": "imp-replayed", "reason": "r", "body_text": "a",
+                       "replayed_at": "2020-02-02T00:00:00Z"});
+    let path = file.path().to_path_buf();
+    let rest = std::fs::read_to_string(&path).unwrap();
+    let f = file.as_file_mut();
+    f.set_len(0).unwrap();
+    use std::io::Seek;
+    f.rewind().unwrap();
+    write!(f, "{first}\n{rest}").unwrap();
+    let mut child = spawn_import(&db, path.to_str().unwrap());
+    wait_until("the import's first row", || {
+        db.scalar("SELECT count(*) FROM dlq_import_rows WHERE id = 'imp-replayed'") > 0
+    });
+    let r = db.dlq(&["export"]);
+    let held: Vec<Value> = r
+        .stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|l| l["replay_claim_owner"] == json!("dlq-import"))
+        .collect();
+    assert!(child.wait().unwrap().success());
+    assert!(
+        held.is_empty(),
+        "exported {} unfinished rows (exit {}), e.g. {}",
+        held.len(),
+        r.code,
+        held[0]["id"]
+    );
+    assert_ne!(r.code, 0, "{}", r.all());
+    assert!(r.stderr.contains("import"), "{}", r.stderr);
+    // Once the import has ended, the row exports as it was imported; an operator who
+    // happens to be called `dlq-import` holds an ordinary claim.
+    let c = db.dlq_env(&["claim", "imp-000001"], &[("DLQ_OPERATOR", "dlq-import")]);
+    assert_eq!(c.code, 0, "{}", c.all());
+    let r = db.dlq(&["export"]);
+    assert_eq!(r.code, 0, "{}", r.all());
+    let row = r
+        .lines()
+        .into_iter()
+        .find(|l| l["id"] == json!("imp-replayed"))
+        .unwrap();
+    assert_eq!(row["replayed_at"], json!("2020-02-02T00:00:00Z"));
+    assert_eq!(row["replay_claim_owner"], Value::Null);
+}
