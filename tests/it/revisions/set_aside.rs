@@ -227,6 +227,10 @@ fn import_never_makes_two_revisions_of_one_original_both_replayable() {
         let ours = revise(&dst, "orig");
         let r = dst.dlq(&["import", theirs.path().to_str().unwrap()]);
         assert_eq!(r.code, 2, "{b:?} a second live revision: {}", r.all());
-        assert_eq!(dst.ids(&["--state", "pending"]), vec![ours], "{b:?} nothing imported");
+        assert_eq!(
+            dst.ids(&["--state", "pending"]),
+            vec![ours],
+            "{b:?} nothing imported"
+        );
     }
 }
