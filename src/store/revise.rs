@@ -154,10 +154,11 @@ async fn insert_history<D: Dialect>(
     Ok(())
 }
 
-/// After an import of `ids`, in its transaction: a (revision, original) pair of which one
-/// was imported and neither is set aside (discarded) nor both replayed, so that the event
-/// could go out through both (an export of the original taken before its edit, imported
-/// beside the export of the revision). The import refuses it ([`live_pair_refused`]).
+/// After an import of `ids`, in its transaction: two copies of one event, a revision and
+/// its original or two revisions of one original, of which one was imported and neither
+/// is set aside (discarded) nor both replayed, so that the event could go out through
+/// both (an export of the original taken before its edit, imported beside the export of
+/// the revision; a revision made elsewhere of an original revised here). The import refuses it ([`live_pair_refused`]).
 pub(crate) async fn live_pair<D: Dialect>(
     conn: &mut D::Connection,
     ids: &[String],
@@ -165,19 +166,18 @@ pub(crate) async fn live_pair<D: Dialect>(
     if ids.is_empty() {
         return Ok(None);
     }
+    // `o`: the original of revision `r`, or another revision of the same original.
     let mut qb = QueryBuilder::new(
-        "SELECT r.id AS rid, r.revision_of AS oid FROM dead_letters r \
+        "SELECT r.id AS rid, o.id AS oid FROM dead_letters r JOIN dead_letters o \
+         ON (o.id = r.revision_of OR (o.revision_of = r.revision_of AND o.id <> r.id)) \
          WHERE r.revision_of IS NOT NULL AND r.discarded_at IS NULL \
+         AND o.discarded_at IS NULL AND (o.replayed_at IS NULL OR r.replayed_at IS NULL) \
          AND (r.id IN (SELECT id FROM dead_letters WHERE ",
     );
     D::push_ids(&mut qb, ids);
-    qb.push(") OR r.revision_of IN (SELECT id FROM dead_letters WHERE ");
+    qb.push(") OR o.id IN (SELECT id FROM dead_letters WHERE ");
     D::push_ids(&mut qb, ids);
-    qb.push(
-        ")) AND EXISTS (SELECT 1 FROM dead_letters o WHERE o.id = r.revision_of \
-         AND o.discarded_at IS NULL AND (o.replayed_at IS NULL OR r.replayed_at IS NULL)) \
-         LIMIT 1",
-    );
+    qb.push(")) LIMIT 1");
     let rows = D::fetch(conn, qb.build()).try_collect::<Vec<_>>().await?;
     let Some(row) = rows.first() else {
         return Ok(None);
@@ -189,6 +189,6 @@ pub(crate) async fn live_pair<D: Dialect>(
 /// Why an import with a [`live_pair`] imported nothing.
 pub(crate) fn live_pair_refused((rid, oid): (String, String)) -> DlqError {
     DlqError::usage(format!(
-        "dead letter {rid:?} is a revision of {oid:?}, and neither is set aside: both could be replayed, one event twice (nothing was imported); import the original as `dlq export` writes it after the edit (discarded), or leave one of them out"
+        "dead letters {rid:?} and {oid:?} are copies of one event (a revision and its original, or two revisions of one original), and neither is set aside: both could be replayed, one event twice (nothing was imported); import the original as `dlq export` writes it after the edit (discarded), or leave one of them out"
     ))
 }

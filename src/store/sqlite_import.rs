@@ -240,8 +240,8 @@ impl SqliteStore {
         token: &str,
     ) -> std::result::Result<Option<(String, String)>, sqlx::Error> {
         sqlx::query_as(
-            "SELECT r.id, r.revision_of FROM dead_letters r \
-         JOIN dead_letters o ON o.id = r.revision_of \
+            "SELECT r.id, o.id FROM dead_letters r JOIN dead_letters o \
+         ON (o.id = r.revision_of OR (o.revision_of = r.revision_of AND o.id <> r.id)) \
          LEFT JOIN dlq_import_rows rs ON rs.token = ?1 AND rs.id = r.id \
          LEFT JOIN dlq_import_rows os ON os.token = ?1 AND os.id = o.id \
          WHERE r.revision_of IS NOT NULL \

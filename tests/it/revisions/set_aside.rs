@@ -207,3 +207,30 @@ fn edit_plan_with_an_unwritable_plan_out_edits_nothing() {
         "the originals are as they were"
     );
 }
+
+/// Once broke: an import checked a revision only against its original; a revision made
+/// elsewhere of an original already revised here went in beside this store's revision,
+/// two pending copies of one event.
+#[test]
+fn import_never_makes_two_revisions_of_one_original_both_replayable() {
+    for b in BACKENDS {
+        let src = TestDb::migrated(b);
+        let mut mq = Rabbit::new();
+        let q = mq.queue("dlq_rev_siblings");
+        add(&src, "orig", &q);
+        let before = export(&src, &[]);
+        revise(&src, "orig");
+        let theirs = export(&src, &["--revisions"]);
+        let dst = TestDb::migrated(b);
+        let r = dst.dlq(&["import", before.path().to_str().unwrap()]);
+        assert_eq!(r.code, 0, "{b:?} original: {}", r.all());
+        let ours = revise(&dst, "orig");
+        let r = dst.dlq(&["import", theirs.path().to_str().unwrap()]);
+        assert_eq!(r.code, 2, "{b:?} a second live revision: {}", r.all());
+        assert_eq!(
+            dst.ids(&["--state", "pending"]),
+            vec![ours],
+            "{b:?} nothing imported"
+        );
+    }
+}
