@@ -264,6 +264,13 @@ async fn check(h: &Harness, ops: Vec<Op>) -> Result<(), TestCaseError> {
     for op in ops {
         match op {
             Op::Target { copy } => cur = copy % copies.len(),
+            Op::Advance { min } => {
+                for (i, m) in models.iter_mut().enumerate() {
+                    if i != cur {
+                        m.expires_in = m.expires_in.map(|e| e - min as i64);
+                    }
+                }
+            }
             Op::Edit => {
                 let new = format!("{ID}-r{}", copies.len());
                 let got = h.edit(&copies[cur], &new).await;
@@ -390,6 +397,7 @@ async fn check(h: &Harness, ops: Vec<Op>) -> Result<(), TestCaseError> {
                 (!got.is_empty(), expect)
             }
             Op::Advance { min } => {
+                // Time passes for every copy's lease, not only the targeted one's.
                 h.advance(min).await;
                 model.expires_in = model.expires_in.map(|e| e - min as i64);
                 (true, true)
