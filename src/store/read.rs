@@ -54,6 +54,17 @@ pub enum Bind {
     OptTime(Option<DateTime<Utc>>),
 }
 
+/// Binds `values` separated by commas (the inside of a VALUES tuple).
+pub(crate) fn push_binds<D: Dialect>(
+    qb: &mut QueryBuilder<'static, D>,
+    values: impl IntoIterator<Item = Bind>,
+) {
+    for (i, v) in values.into_iter().enumerate() {
+        qb.push(if i == 0 { "" } else { ", " });
+        D::bind(qb, v);
+    }
+}
+
 /// A time column of `dead_letters`; [`Dialect::at`] spells it as SQL.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum TimeCol {

@@ -7,7 +7,7 @@
 //! waits on its lock and then does), so exactly one of them wins: an original and its
 //! revision can never both be published.
 
-use super::read::{state_of, Backend, Bind, Decoded, Dialect};
+use super::read::{push_binds, state_of, Backend, Bind, Decoded, Dialect};
 use super::NewDeadLetter;
 use crate::error::{DlqError, Result};
 use crate::model::{NewHistory, State};
@@ -144,10 +144,7 @@ async fn insert_history<D: Dialect>(
             Bind::OptText(e.target.clone()),
             Bind::OptText(e.plan_id.clone()),
         ];
-        for (i, v) in values.into_iter().enumerate() {
-            qb.push(if i == 0 { "" } else { ", " });
-            D::bind(&mut qb, v);
-        }
+        push_binds(&mut qb, values);
         qb.push(")");
     }
     D::fetch(conn, qb.build()).try_collect::<Vec<_>>().await?;

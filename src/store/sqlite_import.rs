@@ -257,6 +257,27 @@ impl SqliteStore {
         .await
     }
 
+    /// The next batch of the import's staged IDs (as [`exact_ids_json`]); with none left,
+    /// the import is forgotten (in `tx`) and `None` is returned.
+    async fn next_staged(&self, tx: &mut SqliteConnection, token: &str) -> Result<Option<String>> {
+        let ids: Vec<String> =
+            sqlx::query_scalar("SELECT id FROM dlq_import_rows WHERE token = ?1 LIMIT ?2")
+                .bind(token)
+                .bind(UNDO_BATCH)
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(self.err())?;
+        if !ids.is_empty() {
+            return Ok(Some(exact_ids_json(&ids)));
+        }
+        sqlx::query("DELETE FROM dlq_imports WHERE token = ?1")
+            .bind(token)
+            .execute(&mut *tx)
+            .await
+            .map_err(self.err())?;
+        Ok(None)
+    }
+
     /// Gives the rows of a released import their own claim and times, a batch per
     /// transaction, then forgets the import.
     async fn roll_forward(&self, token: &str) -> Result<()> {
@@ -270,23 +291,10 @@ impl SqliteStore {
             .execute(&mut *tx)
             .await
             .map_err(self.err())?;
-            let ids: Vec<String> =
-                sqlx::query_scalar("SELECT id FROM dlq_import_rows WHERE token = ?1 LIMIT ?2")
-                    .bind(token)
-                    .bind(UNDO_BATCH)
-                    .fetch_all(&mut *tx)
-                    .await
-                    .map_err(self.err())?;
-            if ids.is_empty() {
-                sqlx::query("DELETE FROM dlq_imports WHERE token = ?1")
-                    .bind(token)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(self.err())?;
+            let Some(ids) = self.next_staged(&mut tx, token).await? else {
                 tx.commit().await.map_err(self.err())?;
                 return Ok(());
-            }
-            let ids = exact_ids_json(&ids);
+            };
             sqlx::query(
                 "UPDATE dead_letters SET replay_claim_owner = s.replay_claim_owner, \
                      replay_claim_expires_at = s.replay_claim_expires_at, \
@@ -364,23 +372,10 @@ impl SqliteStore {
         }
         loop {
             let mut tx = self.begin_write().await?;
-            let ids: Vec<String> =
-                sqlx::query_scalar("SELECT id FROM dlq_import_rows WHERE token = ?1 LIMIT ?2")
-                    .bind(token)
-                    .bind(UNDO_BATCH)
-                    .fetch_all(&mut *tx)
-                    .await
-                    .map_err(self.err())?;
-            if ids.is_empty() {
-                sqlx::query("DELETE FROM dlq_imports WHERE token = ?1")
-                    .bind(token)
-                    .execute(&mut *tx)
-                    .await
-                    .map_err(self.err())?;
+            let Some(ids) = self.next_staged(&mut tx, token).await? else {
                 tx.commit().await.map_err(self.err())?;
                 return Ok(true);
-            }
-            let ids = exact_ids_json(&ids);
+            };
             // Only rows the import still holds: never one it released.
             let deleted: Vec<String> = sqlx::query_scalar(&format!(
                 "DELETE FROM dead_letters WHERE {}?1{} AND replay_claim_owner = ?2 \

@@ -3,7 +3,7 @@
 
 use super::columns::body_len;
 use super::decode::unreadable;
-use super::{required, Bind, Decoded, Dialect, Partial, BODY_SLICE};
+use super::{push_binds, required, Bind, Decoded, Dialect, Partial, BODY_SLICE};
 use crate::error::{DlqError, Result};
 use crate::model::{token_operator, DeadLetter};
 use crate::store::NewDeadLetter;
@@ -154,10 +154,7 @@ pub(crate) async fn import_history<D: Dialect>(
             Bind::OptText(h.plan_id.clone()),
             Bind::OptText(h.token_ref.clone()),
         ];
-        for (i, v) in values.into_iter().enumerate() {
-            qb.push(if i == 0 { "" } else { ", " });
-            D::bind(&mut qb, v);
-        }
+        push_binds(&mut qb, values);
         qb.push(")");
         D::fetch(conn, qb.build()).try_collect::<Vec<_>>().await?;
     }
