@@ -3,7 +3,7 @@
 
 use super::*;
 use clap::builder::TypedValueParser as _;
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
 use dlq::topology::BrokerTopology;
 use std::time::Duration;
 
@@ -22,6 +22,23 @@ pub struct Cli {
     pub command: Command,
 }
 
+/// The end of every command's `-h` (the short form): what `--help` adds.
+const SHORT_HELP_END: &str =
+    "Global options (database, broker, TLS, timeouts, profile) and examples: --help";
+
+/// The command line as `dlq` parses it: the derived definition, each command's `-h`
+/// ending on where the rest is (as `kubectl options` is named at the end of its help).
+pub fn command() -> clap::Command {
+    Cli::command().mut_subcommands(|c| {
+        let long = c.get_after_long_help().is_some();
+        let c = c.after_help(SHORT_HELP_END);
+        match long {
+            true => c,
+            false => c.after_long_help(""),
+        }
+    })
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Format {
     Table,
@@ -38,19 +55,26 @@ pub struct GlobalOpts {
     #[arg(
         long,
         global = true,
+        hide_short_help = true,
         env = "DLQ_DATABASE_URL",
         hide_env_values = true,
         default_value = "sqlite://dlq.db"
     )]
     pub database_url: String,
     /// Read the database URL from this file (keeps the password out of the process list)
-    #[arg(long, global = true, env = "DLQ_DATABASE_URL_FILE")]
+    #[arg(
+        long,
+        global = true,
+        hide_short_help = true,
+        env = "DLQ_DATABASE_URL_FILE"
+    )]
     pub database_url_file: Option<std::path::PathBuf>,
     /// RabbitMQ URL: amqp://USER:PASSWORD@HOST:PORT/VHOST; repeat it (or separate with
     /// commas) for the nodes of one cluster, tried in order
     #[arg(
         long,
         global = true,
+        hide_short_help = true,
         env = "DLQ_AMQP_URL",
         hide_env_values = true,
         value_delimiter = ',',
@@ -58,15 +82,16 @@ pub struct GlobalOpts {
     )]
     pub amqp_url: Vec<String>,
     /// Read the AMQP URL(s) from this file (one per line, or separated by commas)
-    #[arg(long, global = true, env = "DLQ_AMQP_URL_FILE")]
+    #[arg(long, global = true, hide_short_help = true, env = "DLQ_AMQP_URL_FILE")]
     pub amqp_url_file: Option<std::path::PathBuf>,
     /// PEM file of CAs to trust for amqps:// (default: the system's roots)
-    #[arg(long, global = true, env = "DLQ_AMQP_CA_FILE")]
+    #[arg(long, global = true, hide_short_help = true, env = "DLQ_AMQP_CA_FILE")]
     pub amqp_ca_file: Option<std::path::PathBuf>,
     /// PEM client certificate for amqps:// (with --amqp-client-key)
     #[arg(
         long,
         global = true,
+        hide_short_help = true,
         env = "DLQ_AMQP_CLIENT_CERT",
         requires = "amqp_client_key"
     )]
@@ -75,6 +100,7 @@ pub struct GlobalOpts {
     #[arg(
         long,
         global = true,
+        hide_short_help = true,
         env = "DLQ_AMQP_CLIENT_KEY",
         requires = "amqp_client_cert"
     )]
@@ -84,40 +110,44 @@ pub struct GlobalOpts {
     /// uncertain; several --amqp-url are a cluster]
     #[arg(
         long,
-        global = true,
+        global = true, hide_short_help = true,
         env = "DLQ_BROKER_TOPOLOGY",
         value_parser = clap::builder::PossibleValuesParser::new(BrokerTopology::NAMES)
             .map(|s| BrokerTopology::parse(&s).unwrap_or_default())
     )]
     pub broker_topology: Option<BrokerTopology>,
     /// Refuse plaintext connections: amqps:// only, PostgreSQL with sslmode=require, verify-ca or verify-full
-    #[arg(long, global = true, env = "DLQ_REQUIRE_TLS", action = clap::ArgAction::SetTrue, value_parser = clap::builder::BoolishValueParser::new())]
+    #[arg(long, global = true, hide_short_help = true, env = "DLQ_REQUIRE_TLS", action = clap::ArgAction::SetTrue, value_parser = clap::builder::BoolishValueParser::new())]
     pub require_tls: bool,
     /// Who is acting, recorded in history and claim tokens [default: your login name]
-    #[arg(long, global = true, env = "DLQ_OPERATOR")]
+    #[arg(long, global = true, hide_short_help = true, env = "DLQ_OPERATOR")]
     pub operator: Option<String>,
-    /// Output format [default: table on a terminal, otherwise json]
+    /// Output format
+    ///
+    /// [default: table on a terminal, otherwise json]
     #[arg(short = 'o', long, global = true, env = "DLQ_OUTPUT", value_enum)]
     pub output: Option<Format>,
     /// How long to wait to connect to the database or the broker
-    #[arg(long, global = true, env = "DLQ_CONNECT_TIMEOUT", default_value = "5s", value_parser = dlq::timeparse::duration_arg)]
+    #[arg(long, global = true, hide_short_help = true, env = "DLQ_CONNECT_TIMEOUT", default_value = "5s", value_parser = dlq::timeparse::duration_arg)]
     pub connect_timeout: Duration,
     /// Longest a single SQL statement may run (PostgreSQL statement_timeout)
-    #[arg(long, global = true, env = "DLQ_STATEMENT_TIMEOUT", default_value = "30s", value_parser = dlq::timeparse::duration_arg)]
+    #[arg(long, global = true, hide_short_help = true, env = "DLQ_STATEMENT_TIMEOUT", default_value = "30s", value_parser = dlq::timeparse::duration_arg)]
     pub statement_timeout: Duration,
     /// How long a replay retries writing its outcome (a mark or release) while the database does not answer; then the rows are left uncertain
-    #[arg(long, global = true, env = "DLQ_SETTLE_TIMEOUT", default_value = "30s", value_parser = dlq::timeparse::duration_arg)]
+    #[arg(long, global = true, hide_short_help = true, env = "DLQ_SETTLE_TIMEOUT", default_value = "30s", value_parser = dlq::timeparse::duration_arg)]
     pub settle_timeout: Duration,
     /// How long to wait for a lock (PostgreSQL lock_timeout, SQLite busy timeout)
-    #[arg(long, global = true, env = "DLQ_LOCK_TIMEOUT", default_value = "5s", value_parser = dlq::timeparse::duration_arg)]
+    #[arg(long, global = true, hide_short_help = true, env = "DLQ_LOCK_TIMEOUT", default_value = "5s", value_parser = dlq::timeparse::duration_arg)]
     pub lock_timeout: Duration,
     /// Use the named profile of the config file (flags and env still win)
-    #[arg(long, global = true, env = "DLQ_PROFILE")]
+    #[arg(long, global = true, hide_short_help = true, env = "DLQ_PROFILE")]
     pub profile: Option<String>,
     /// The config file [default: $XDG_CONFIG_HOME/dlq/config.toml]
-    #[arg(long, global = true, env = "DLQ_CONFIG")]
+    #[arg(long, global = true, hide_short_help = true, env = "DLQ_CONFIG")]
     pub config: Option<std::path::PathBuf>,
-    /// More logging on stderr (-v: connections and steps, -vv: SQL and broker frames)
+    /// More logging on stderr (-v, -vv)
+    ///
+    /// -v: connections and steps, -vv: SQL and broker frames.
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
 }
@@ -181,5 +211,34 @@ impl Command {
             Command::Replay(a) => a.lease = lease,
             _ => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::command;
+
+    /// Every `dlq ...` line of every command's EXAMPLES parses as it is written
+    /// (a redirection aside): an example that drifts from the options fails here.
+    #[test]
+    fn every_example_parses() {
+        let mut seen = 0;
+        for sub in command().get_subcommands() {
+            let Some(text) = sub.get_after_long_help() else {
+                continue;
+            };
+            for line in text.to_string().lines() {
+                let Some(rest) = line.trim().strip_prefix("dlq ") else {
+                    continue;
+                };
+                let rest = rest.split(" > ").next().unwrap_or(rest);
+                let words = shell_words::split(&format!("dlq {rest}")).unwrap();
+                if let Err(e) = command().try_get_matches_from(&words) {
+                    panic!("{line}: {e}");
+                }
+                seen += 1;
+            }
+        }
+        assert!(seen >= 15, "only {seen} examples found");
     }
 }

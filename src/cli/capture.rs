@@ -12,7 +12,15 @@ use dlq::publisher::ConnectOptions;
 use std::io::IsTerminal;
 use std::time::Duration;
 
+/// `dlq capture --help`.
+const EXAMPLES: &str = "Examples:
+  # Move what a RabbitMQ dead-letter queue holds into the store, then stop
+  dlq capture --queue payments.settle.dlq
+  # Keep capturing (reconnecting) until Ctrl-C; park what cannot be stored
+  dlq capture --queue payments.settle.dlq --follow --park-queue payments.settle.parked";
+
 #[derive(Debug, Args)]
+#[command(after_long_help = EXAMPLES)]
 pub struct CaptureArgs {
     /// The RabbitMQ queue holding the dead letters (classic or quorum)
     #[arg(long)]

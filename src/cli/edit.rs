@@ -20,7 +20,17 @@ use std::path::PathBuf;
 mod editor;
 mod plan;
 
+/// `dlq edit --help`.
+const EXAMPLES: &str = "Examples:
+  # Fix a decimal comma: look at the change first, then write it
+  dlq edit 2e3f3208-3f20-5e9c-9d48-a8ff92218f06 --jq '.amount |= sub(\",\";\".\")' --note \"INC-42: decimal comma\" --dry-run
+  # Set one field and one header
+  dlq edit 2e3f3208-3f20-5e9c-9d48-a8ff92218f06 --set tenant='\"acme\"' --header schema-version=6 --note \"INC-42: missing tenant\"
+  # Every item of a reviewed plan, and a plan of the revisions to replay
+  dlq edit --plan billing.plan --jq '.amount |= sub(\",\";\".\")' --note \"INC-42\" --plan-out revisions.plan --yes";
+
 #[derive(Debug, Args)]
+#[command(after_long_help = EXAMPLES)]
 pub struct EditArgs {
     /// The dead-letter ID (or --plan FILE)
     #[arg(conflicts_with = "plan", required_unless_present = "plan")]

@@ -11,40 +11,60 @@ use dlq::timeparse::{parse_time, time_arg};
 
 #[derive(Debug, Args, Clone)]
 pub struct FilterArgs {
-    /// Only this reason (poison_message, permanent_failure, retries_exhausted, ...)
-    #[arg(long)]
+    /// Only this reason
+    ///
+    /// poison_message, permanent_failure, retries_exhausted, ...
+    #[arg(long, value_name = "REASON")]
     pub reason: Option<String>,
-    /// Only this producer ("(unknown)" selects rows with none)
-    #[arg(long)]
+    /// Only this producer
+    ///
+    /// "(unknown)" selects rows with none.
+    #[arg(long, value_name = "NAME")]
     pub producer: Option<String>,
-    /// Only this schema version ("(unknown)" selects rows with none)
-    #[arg(long)]
+    /// Only this schema version
+    ///
+    /// "(unknown)" selects rows with none.
+    #[arg(long, value_name = "VERSION")]
     pub schema_version: Option<String>,
-    /// Only dead letters consumed from this queue
-    #[arg(long)]
+    /// Only those consumed from this queue
+    #[arg(long, value_name = "QUEUE")]
     pub source_queue: Option<String>,
-    /// Only dead letters of this business event (all its attempts)
-    #[arg(long)]
+    /// Only this business event (all its attempts)
+    #[arg(long, value_name = "ID")]
     pub event_id: Option<String>,
-    /// Dead-lettered at or after: RFC 3339, or a duration back from now (30m, 2h, 7d)
-    #[arg(long, value_parser = time_arg)]
+    /// Dead-lettered at or after (RFC 3339, 2h, 7d)
+    ///
+    /// An RFC 3339 time, or a duration back from now (30m, 2h, 7d).
+    #[arg(long, value_name = "TIME", value_parser = time_arg)]
     pub since: Option<String>,
-    /// Dead-lettered before: RFC 3339, or a duration back from now
-    #[arg(long, value_parser = time_arg)]
+    /// Dead-lettered before (RFC 3339, 2h, 7d)
+    ///
+    /// An RFC 3339 time, or a duration back from now.
+    #[arg(long, value_name = "TIME", value_parser = time_arg)]
     pub until: Option<String>,
-    /// Only rows in these states (a comma list), or all
-    #[arg(long, default_value = "all", value_delimiter = ',', value_parser = STATES)]
+    /// Only rows in these states (a comma list)
+    ///
+    /// Or all.
+    #[arg(long, value_name = "STATES", default_value = "all", value_delimiter = ',', value_parser = STATES)]
     pub state: Vec<String>,
-    /// Only dead letters whose body contains this text, byte for byte (no wildcards)
+    /// Only bodies containing this text
+    ///
+    /// Byte for byte, no wildcards.
     #[arg(long, value_name = "TEXT")]
     pub grep: Option<String>,
-    /// Only dead letters whose error text contains this text (no wildcards)
+    /// Only errors containing this text
+    ///
+    /// No wildcards.
     #[arg(long, value_name = "TEXT")]
     pub error_contains: Option<String>,
-    /// Only dead letters with this header value, as text (repeatable: all must match)
+    /// Only with this header value (repeatable)
+    ///
+    /// Compared as text; all given must match.
     #[arg(long = "header", value_name = "KEY=VALUE")]
     pub headers: Vec<String>,
-    /// Only JSON bodies with this value at a dotted path, as text: customer.id=c-17 (repeatable)
+    /// Only JSON bodies with this value at a path
+    ///
+    /// A dotted path, compared as text: customer.id=c-17 (repeatable).
     #[arg(long = "field", value_name = "PATH=VALUE")]
     pub fields: Vec<String>,
     /// Only revisions made by `dlq edit`

@@ -37,7 +37,7 @@ mod restore;
 mod serve;
 mod show;
 
-use clap::{CommandFactory, FromArgMatches};
+use clap::FromArgMatches;
 use dlq::error::DlqError;
 use dlq::secret::SecretUrl;
 use std::time::Duration;
@@ -88,7 +88,7 @@ pub fn main() -> u8 {
     std::panic::set_hook(Box::new(|info| {
         say(&format!("dlq: internal error (a bug): {info}"));
     }));
-    let parsed = Cli::command()
+    let parsed = args::command()
         .try_get_matches()
         .and_then(|m| Cli::from_arg_matches(&m).map(|c| (c, m)));
     let (mut cli, matches) = match parsed {

@@ -10,7 +10,17 @@ use dlq::error::DlqError;
 use dlq::model::State;
 use dlq::plan::make_plan;
 
+/// `dlq plan --help`.
+const EXAMPLES: &str = "Examples:
+  # Freeze one homogeneous group for review, then replay exactly it
+  dlq plan --reason retries_exhausted --producer inventory --schema-version 5 > inventory-plan.json
+  # The last two hours of one source queue, at most 500 items
+  dlq plan --source-queue payments.settle --since 2h --limit 500 > payments-plan.json
+  # Dead letters whose error names one cause
+  dlq plan --error-contains \"unsupported country XX\" > xx-plan.json";
+
 #[derive(Debug, Args)]
+#[command(after_long_help = EXAMPLES)]
 pub struct PlanArgs {
     #[command(flatten)]
     pub filters: FilterArgs,

@@ -40,66 +40,107 @@ struct DryRunJson<'a> {
     state: dlq::model::State,
 }
 
+/// `dlq replay --help`: how it is used at 3 a.m.
+const EXAMPLES: &str = "Examples:
+  # See where one dead letter would go, with its final headers and body
+  dlq replay 2e3f3208-3f20-5e9c-9d48-a8ff92218f06 --dry-run
+  # Replay it from a script, only if the body is still the one reviewed
+  dlq replay 2e3f3208-3f20-5e9c-9d48-a8ff92218f06 --expect-sha256 9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08 --yes
+  # A reviewed plan, gently: 5 items first, watched for 2m, then 5/s rising to 200/s
+  # over 10m, never while the target queue holds more than 1000 ready messages
+  dlq replay --plan inventory-plan.json --canary 5 --ramp 5/s..200/s:10m --max-target-depth 1000
+  # The same plan at a fixed rate, one JSON line per item for a script
+  dlq replay --plan inventory-plan.json --rate 50/s --max-failures 3 --yes -o json";
+
 #[derive(Debug, Args)]
+#[command(after_long_help = EXAMPLES)]
 pub struct ReplayArgs {
     /// The dead-letter ID (or --plan FILE)
     #[arg(required_unless_present = "plan", conflicts_with = "plan")]
     pub id: Option<String>,
-    /// Replay exactly the items of a plan written by `dlq plan` (- for stdin)
-    #[arg(long)]
+    /// Replay exactly the items of a plan
+    ///
+    /// A plan written by `dlq plan` (- for stdin).
+    #[arg(long, value_name = "FILE")]
     pub plan: Option<PathBuf>,
-    /// Use the lease taken earlier with `dlq claim` instead of claiming now
+    /// Use a lease taken with `dlq claim`
+    ///
+    /// Instead of claiming now.
     #[arg(long, conflicts_with = "plan")]
     pub token: Option<String>,
-    /// How long the claim lasts; must exceed --connect-timeout + --confirm-timeout
-    #[arg(long, default_value = "5m", value_parser = dlq::timeparse::lease_arg)]
+    /// How long the claim lasts
+    ///
+    /// It must exceed --connect-timeout + --confirm-timeout.
+    #[arg(long, value_name = "DUR", default_value = "5m", value_parser = dlq::timeparse::lease_arg)]
     pub lease: Duration,
-    /// How long to wait for the broker's publisher confirm
-    #[arg(long, default_value = "10s", value_parser = dlq::timeparse::duration_arg)]
+    /// Longest wait for the broker's confirm
+    #[arg(long, value_name = "DUR", default_value = "10s", value_parser = dlq::timeparse::duration_arg)]
     pub confirm_timeout: Duration,
-    /// Publish to this exchange instead of the row's (default: the default exchange)
-    #[arg(long)]
+    /// Publish to this exchange instead
+    ///
+    /// Instead of the row's (default: the default exchange).
+    #[arg(long, value_name = "NAME")]
     pub exchange: Option<String>,
-    /// Publish with this routing key instead of the row's (default: its source queue)
-    #[arg(long)]
+    /// Publish with this routing key instead
+    ///
+    /// Instead of the row's (default: its source queue).
+    #[arg(long, value_name = "KEY")]
     pub routing_key: Option<String>,
-    /// Show the target, the final headers and the body; change nothing
+    /// Show target, headers and body; change nothing
     #[arg(long, conflicts_with = "plan")]
     pub dry_run: bool,
-    /// Do not ask (required when there is no terminal)
+    /// Do not ask (required without a terminal)
     #[arg(short = 'y', long)]
     pub yes: bool,
-    /// Replay only if the stored body's SHA-256 (shown by `dlq show`) is this
-    #[arg(long, conflicts_with = "plan")]
+    /// Only if the body's SHA-256 is still this
+    ///
+    /// The SHA-256 `dlq show` printed when you reviewed it.
+    #[arg(long, value_name = "SHA256", conflicts_with = "plan")]
     pub expect_sha256: Option<String>,
-    /// With --plan: at most this many publishes per second (20/s, 300/m)
+    /// Plan: publishes per second (20/s, 300/m)
+    ///
+    /// With --plan: at most this many publishes per second.
     #[arg(long, value_parser = parse_rate, requires = "plan")]
     pub rate: Option<f64>,
-    /// With --plan: a rate that rises linearly from FROM to TO over DURATION (default 5m),
-    /// such as 5/s..200/s:10m; with --canary it starts once the canary has passed
-    #[arg(long, value_parser = parse_ramp, requires = "plan", conflicts_with = "rate", value_name = "FROM..TO[:DURATION]")]
+    /// Plan: a rising rate, e.g. 5/s..200/s:10m
+    ///
+    /// With --plan: a rate that rises linearly from FROM to TO over DUR (default 5m); with
+    /// --canary it starts once the canary has passed.
+    #[arg(long, value_parser = parse_ramp, requires = "plan", conflicts_with = "rate", value_name = "FROM..TO[:DUR]")]
     pub ramp: Option<Rate>,
-    /// With --plan: replay this many items first, then wait (--canary-wait) watching for
-    /// any of them to come back as a new dead letter; one that does stops the run
+    /// Plan: replay N first, then watch them
+    ///
+    /// With --plan: after N items, wait (--canary-wait) watching for any of them to come
+    /// back as a new dead letter; one that does stops the run.
     #[arg(long, value_name = "N", requires = "plan", value_parser = clap::value_parser!(u64).range(1..))]
     pub canary: Option<u64>,
-    /// With --canary: how long to watch its items before going on [default: 2m]
-    #[arg(long, requires = "canary", value_parser = dlq::timeparse::duration_arg)]
+    /// How long to watch the canary [default: 2m]
+    ///
+    /// With --canary: then the run goes on.
+    #[arg(long, value_name = "DUR", requires = "canary", value_parser = dlq::timeparse::duration_arg)]
     pub canary_wait: Option<Duration>,
-    /// With --plan: before each batch, wait while the target queue holds more than N
-    /// ready messages (the target must be one queue, not a named exchange)
+    /// Plan: wait while the target queue holds > N
+    ///
+    /// With --plan: checked before each batch; the target must be one queue, not a named
+    /// exchange.
     #[arg(long, value_name = "N", requires = "plan")]
     pub max_target_depth: Option<u64>,
-    /// With --plan: stop after this many publish_failed or uncertain items
-    #[arg(long, requires = "plan", value_parser = clap::value_parser!(u64).range(1..))]
+    /// Plan: stop after N failed or uncertain
+    ///
+    /// With --plan: no new items are taken after N publish_failed or uncertain items;
+    /// batches already out still settle, so the summary may count a few more.
+    #[arg(long, value_name = "N", requires = "plan", value_parser = clap::value_parser!(u64).range(1..))]
     pub max_failures: Option<u64>,
-    /// With --plan: items claimed, published and marked together
-    #[arg(long, default_value_t = 1000, requires = "plan", value_parser = clap::value_parser!(u64).range(1..=5000))]
+    /// Plan: items per batch
+    ///
+    /// With --plan: items claimed, published and marked together.
+    #[arg(long, value_name = "N", default_value_t = 1000, requires = "plan", value_parser = clap::value_parser!(u64).range(1..=5000))]
     pub batch_size: u64,
-    /// With --plan and no --rate: batches worked on at once, each on its own connection
-    /// (one is being published while the others are claimed or marked); with --ramp they
-    /// share its rate
-    #[arg(long, default_value_t = 2, requires = "plan", value_parser = clap::value_parser!(u64).range(1..=8))]
+    /// Plan: batches worked on at once
+    ///
+    /// With --plan and no --rate: each on its own connection (one is being published
+    /// while the others are claimed or marked); with --ramp they share its rate.
+    #[arg(long, value_name = "N", default_value_t = 2, requires = "plan", value_parser = clap::value_parser!(u64).range(1..=8))]
     pub workers: u64,
 }
 

@@ -21,7 +21,17 @@ use dlq::store::Resolution;
 use std::collections::HashSet;
 use std::path::PathBuf;
 
+/// `dlq resolve --help`.
+const EXAMPLES: &str = "Examples:
+  # The consumer's inbox has the event: mark it replayed
+  dlq resolve 2e3f3208-3f20-5e9c-9d48-a8ff92218f06 --delivered --note \"evt-inv-9001 is in the inventory inbox (INC-4711)\"
+  # None of a group reached the consumer: pending again, for a later replay
+  dlq resolve --state uncertain --reason retries_exhausted --not-delivered --note \"none arrived before the failover (INC-4711)\" --yes
+  # The uncertain items of one plan run
+  dlq resolve --plan inventory-plan.json --not-delivered --note \"checked the consumer's log\" --yes";
+
 #[derive(Debug, Args)]
+#[command(after_long_help = EXAMPLES)]
 pub struct ResolveArgs {
     /// The dead-letter ID (or --plan FILE, or filters with --state uncertain)
     #[arg(conflicts_with = "plan")]
