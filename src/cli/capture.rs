@@ -113,47 +113,13 @@ fn counts(s: &CaptureSummary) -> String {
 }
 
 pub async fn run(ctx: &Ctx, args: CaptureArgs) -> Result<u8> {
-    validate_filter_value("queue", &args.queue)?;
-    if let Some(r) = &args.reason {
-        validate_filter_value("reason", r)?;
-    }
-    if let Some(p) = &args.park_queue {
-        validate_filter_value("park-queue", p)?;
-        if *p == args.queue {
-            return Err(DlqError::usage(
-                "--park-queue must differ from --queue: a parked message would be taken again",
-            )
-            .into());
-        }
-    }
-    let amqp = ctx.amqp_urls()?;
-    let who = ctx.operator().unwrap_or_else(|_| "dlq".into());
-    let connect = ConnectOptions {
-        connect_timeout: ctx.global.connect_timeout,
-        connection_name: format!("dlq capture {} by {who}", args.queue),
-        tls: ctx.tls_files(),
-    };
-    let mut opts = CaptureOptions::new(amqp, args.queue.clone(), connect);
-    opts.reason = args.reason.clone();
-    opts.max = args.max;
-    opts.follow = args.follow;
-    opts.batch = args.batch as usize;
-    opts.park_queue = args.park_queue.clone();
-    opts.topology = ctx.broker_topology(&opts.urls)?;
-    opts.max_body_bytes = args.max_body_bytes;
+    validate(&args)?;
+    let opts = options(ctx, &args)?;
     let store: std::sync::Arc<dyn dlq::store::Store> = ctx.store_for_run(1).await?.into();
     store.check_schema().await?;
     let stop = watch_signals();
-    let progress = (ctx.format != Format::Json && std::io::stderr().is_terminal()).then(|| {
-        let pb = indicatif::ProgressBar::new_spinner();
-        pb.set_style(
-            indicatif::ProgressStyle::with_template("{spinner} {elapsed} {msg}")
-                .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
-        );
-        pb.enable_steady_tick(Duration::from_millis(200));
-        pb.set_message(format!("consuming {}", line(&args.queue)));
-        pb
-    });
+    let progress = (ctx.format != Format::Json && std::io::stderr().is_terminal())
+        .then(|| spinner(&args.queue));
     let say = |text: String| match &progress {
         Some(pb) => pb.println(text),
         None => super::output::say(&text),
@@ -191,11 +157,8 @@ pub async fn run(ctx: &Ctx, args: CaptureArgs) -> Result<u8> {
                 Some(Stopped::Interrupted) => "interrupted",
                 None => "stopped",
             };
-            ctx.out.text(&format!(
-                "{} from {}; {end}\n",
-                counts(&summary),
-                line(&args.queue)
-            ));
+            let text = format!("{} from {}; {end}\n", counts(&summary), line(&args.queue));
+            ctx.out.text(&text);
         }
     }
     Ok(match summary.stopped {
@@ -203,4 +166,52 @@ pub async fn run(ctx: &Ctx, args: CaptureArgs) -> Result<u8> {
         Some(Stopped::Interrupted) if !args.follow => dlq::exit::INTERRUPTED,
         _ => dlq::exit::OK,
     })
+}
+
+fn validate(args: &CaptureArgs) -> Result<()> {
+    validate_filter_value("queue", &args.queue)?;
+    if let Some(r) = &args.reason {
+        validate_filter_value("reason", r)?;
+    }
+    if let Some(p) = &args.park_queue {
+        validate_filter_value("park-queue", p)?;
+        if *p == args.queue {
+            return Err(DlqError::usage(
+                "--park-queue must differ from --queue: a parked message would be taken again",
+            )
+            .into());
+        }
+    }
+    Ok(())
+}
+
+fn options(ctx: &Ctx, args: &CaptureArgs) -> Result<CaptureOptions> {
+    let amqp = ctx.amqp_urls()?;
+    let who = ctx.operator().unwrap_or_else(|_| "dlq".into());
+    let connect = ConnectOptions {
+        connect_timeout: ctx.global.connect_timeout,
+        connection_name: format!("dlq capture {} by {who}", args.queue),
+        tls: ctx.tls_files(),
+    };
+    let mut opts = CaptureOptions::new(amqp, args.queue.clone(), connect);
+    opts.reason = args.reason.clone();
+    opts.max = args.max;
+    opts.follow = args.follow;
+    opts.batch = args.batch as usize;
+    opts.park_queue = args.park_queue.clone();
+    opts.topology = ctx.broker_topology(&opts.urls)?;
+    opts.max_body_bytes = args.max_body_bytes;
+    Ok(opts)
+}
+
+/// The spinner on a terminal's stderr while capture runs.
+fn spinner(queue: &str) -> indicatif::ProgressBar {
+    let pb = indicatif::ProgressBar::new_spinner();
+    pb.set_style(
+        indicatif::ProgressStyle::with_template("{spinner} {elapsed} {msg}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
+    );
+    pb.enable_steady_tick(Duration::from_millis(200));
+    pb.set_message(format!("consuming {}", line(queue)));
+    pb
 }

@@ -2,43 +2,21 @@
 
 mod context;
 mod progress;
+mod single;
 
 use super::output::say;
-use super::output::Base64;
 use super::prompt::{confirm, require_consent, watch_signals_counted};
-use super::report::{emit, emit_item, StepReport};
+use super::Ctx;
 use super::Result;
-use super::{Ctx, Format};
 use clap::Args;
 use dlq::error::DlqError;
-use dlq::model::{validate_id, Outcome};
 use dlq::plan::{run_plan, Canary, DepthGate, Pacing, Plan, RunOptions, DEFAULT_CANARY_WAIT};
-use dlq::publisher::{replay_headers, PublisherOptions};
+use dlq::publisher::PublisherOptions;
 use dlq::publisher::{Broker, Pacer};
 use dlq::rate::Rate;
-use dlq::replay::{
-    replay, resolve_target, Item, Notice, Notices, ReplayOptions, Step, LEASE_MARGIN,
-};
+use dlq::replay::{Notice, Notices, ReplayOptions, Step, LEASE_MARGIN};
 use std::path::PathBuf;
 use std::time::Duration;
-
-/// What `replay ID --dry-run -o json` prints.
-#[derive(serde::Serialize)]
-struct DryRunJson<'a> {
-    body_base64: Base64<'a>,
-    body_text: Option<&'a str>,
-    delivery_mode: u8,
-    detail: String,
-    exchange: &'a str,
-    headers: &'a serde_json::Map<String, serde_json::Value>,
-    id: &'a str,
-    mandatory: bool,
-    message_id: Option<&'a str>,
-    outcome: &'static str,
-    routing_key: &'a str,
-    sha256: String,
-    state: dlq::model::State,
-}
 
 /// `dlq replay --help`: how it is used at 3 a.m.
 const EXAMPLES: &str = "Examples:
@@ -256,7 +234,7 @@ pub async fn run(ctx: &Ctx, args: ReplayArgs) -> Result<u8> {
         topology: ctx.broker_topology(&amqp)?,
     };
     match (&args.id, &args.plan) {
-        (Some(id), _) => single(ctx, &args, id, opts, amqp, publisher_opts).await,
+        (Some(id), _) => single::single(ctx, &args, id, opts, amqp, publisher_opts).await,
         (None, Some(path)) => group(ctx, &args, path, opts, amqp, publisher_opts).await,
         (None, None) => Err(DlqError::usage("give a dead-letter ID or --plan FILE").into()),
     }
@@ -293,117 +271,6 @@ fn workers_of(args: &ReplayArgs) -> usize {
         Some(_) => 1,
         None => args.workers as usize,
     }
-}
-
-async fn single(
-    ctx: &Ctx,
-    args: &ReplayArgs,
-    id: &str,
-    opts: ReplayOptions,
-    amqp: Vec<dlq::secret::SecretUrl>,
-    publisher_opts: PublisherOptions,
-) -> Result<u8> {
-    validate_id(id)?;
-    let broker_shown = context::broker(&amqp);
-    let mut broker = Broker::new(amqp, publisher_opts, None);
-    if args.yes && !args.dry_run {
-        // Nothing to ask: connect to the broker while the database work runs.
-        broker.connect_early();
-    }
-    // No separate schema check: these reads name the derived columns only `dlq migrate`
-    // adds. The body is read only to be shown: the claim reads the row again.
-    let store = ctx.store().await?;
-    let not_found = || {
-        let detail = format!("no dead letter with id {id:?}");
-        emit(ctx, &StepReport::new(id, Outcome::NotFound, detail))
-    };
-    // The first: of two rows shown as one ID, the TEXT one (the one a write takes).
-    let Some(summary) = store.summaries(&[id.to_string()]).await?.into_iter().next() else {
-        broker.close().await;
-        return Ok(not_found());
-    };
-    let Some(target) = resolve_target(&summary, &opts) else {
-        return Err(DlqError::usage(format!(
-            "dead letter {id} has no exchange, routing key or source queue: give --routing-key (and --exchange)"
-        )).into());
-    };
-    if args.dry_run {
-        let Some(row) = store.get(id).await? else {
-            return Ok(not_found());
-        };
-        let headers = replay_headers(&row.headers(), id, &row.summary.reason, &opts.operator);
-        // Written as it is encoded, keys in the order they always had (sorted).
-        let doc = DryRunJson {
-            body_base64: Base64(&row.body),
-            body_text: std::str::from_utf8(&row.body).ok(),
-            delivery_mode: 2,
-            detail: format!("would publish to {target}; nothing was claimed or published"),
-            exchange: &target.exchange,
-            headers: &headers,
-            id,
-            mandatory: true,
-            message_id: row.summary.event_id.as_deref(),
-            outcome: "dry_run",
-            routing_key: &target.routing_key,
-            sha256: row.sha256(),
-            state: row.summary.state,
-        };
-        match ctx.format {
-            Format::Json => ctx.out.json(&doc),
-            _ => ctx.out.text(&format!(
-                "dry run: would publish {id} to {target} (mandatory, persistent); nothing was claimed or published\nmessage_id: {}\nheaders:\n{}\nbody ({} bytes, sha256 {}, published byte for byte; shown pretty-printed when JSON):\n{}",
-                row.summary.event_id.as_deref().unwrap_or("(none)"),
-                serde_json::to_string_pretty(&headers).unwrap_or_default(),
-                row.body.len(),
-                row.sha256(),
-                super::output::render_body(&row.body)
-            )),
-        }
-        return Ok(dlq::exit::OK);
-    }
-    if require_consent(ctx, args.yes, "replay")? {
-        let Some(row) = store.get(id).await? else {
-            return Ok(not_found());
-        };
-        let preview = super::output::truncate(&String::from_utf8_lossy(&row.body), 200);
-        let line = |s: &str| dlq::sanitize::line(s).into_owned();
-        super::output::say_lines(&format!(
-            "About to replay:\n  id:        {}\n  event id:  {}\n  reason:    {}\n  producer:  {}\n  target:    {}\n  broker:    {}\n  database:  {}\n  sha256:    {}\n  body:      {} bytes: {}",
-            line(id),
-            line(row.summary.event_id.as_deref().unwrap_or("(unknown)")),
-            line(&row.summary.reason),
-            line(row.summary.producer.as_deref().unwrap_or("(unknown)")),
-            line(&target.to_string()),
-            line(&broker_shown),
-            line(&ctx.database_url()?.to_string()),
-            row.sha256(),
-            row.body.len(),
-            line(&preview)
-        ));
-        if !confirm(ctx, "Replay it?").await? {
-            return Ok(emit(
-                ctx,
-                &StepReport::new(
-                    id,
-                    Outcome::NotReplayed,
-                    "declined at the prompt; nothing was claimed or published",
-                ),
-            ));
-        }
-    }
-    let (interrupted, interrupts) = watch_signals_counted();
-    let opts = ReplayOptions { interrupts, ..opts };
-    broker.connect_early();
-    let item = Item {
-        id: id.to_string(),
-        expected_sha256: args.expect_sha256.clone(),
-    };
-    let reports = replay(store.as_ref(), &mut broker, &[item], &opts, &interrupted).await;
-    tokio::join!(broker.close(), store.close());
-    let report = reports?
-        .pop()
-        .ok_or_else(|| DlqError::other("the replay produced no report"))?;
-    Ok(emit_item(ctx, &report))
 }
 
 async fn group(

@@ -17,7 +17,7 @@ use clap::Args;
 use dlq::error::DlqError;
 use dlq::model::{validate_id, NewHistory, Outcome, State};
 use dlq::plan::Plan;
-use dlq::store::Resolution;
+use dlq::store::{Resolution, Store};
 use std::collections::HashSet;
 use std::path::PathBuf;
 
@@ -71,57 +71,10 @@ pub async fn run(ctx: &Ctx, args: ResolveArgs) -> Result<u8> {
     }
     let operator = ctx.operator()?;
     let store = ctx.store_for_writes().await?;
-    let (ids, single) = match (&args.id, &args.plan) {
-        (Some(id), _) => {
-            validate_id(id)?;
-            (vec![id.clone()], true)
-        }
-        (None, Some(path)) => (Plan::load(path, store.as_ref()).await?.ids(), false),
-        (None, None) => {
-            let mut filter = args.filters.resolve(store.as_ref()).await?;
-            match filter.states.as_slice() {
-                [] => filter.states = vec![State::Uncertain],
-                [State::Uncertain] => {}
-                _ => {
-                    return Err(DlqError::usage(
-                        "only uncertain dead letters can be resolved: use --state uncertain (the default here)",
-                    ).into())
-                }
-            }
-            let (rows, total) = store.list(&filter, args.limit).await?;
-            if (rows.len() as i64) < total {
-                return Err(DlqError::usage(format!(
-                    "the filters select {} uncertain dead letters, more than --limit {}: narrow them or raise --limit",
-                    thousands(total),
-                    args.limit
-                )).into());
-            }
-            // In ID order: a selection resolves (and reports) the same way every time.
-            let mut ids: Vec<String> = rows.into_iter().map(|r| r.id).collect();
-            ids.sort();
-            (ids, false)
-        }
-    };
-    let decision = if args.delivered {
-        "delivered"
-    } else {
-        "not delivered"
-    };
+    let (ids, single) = select(store.as_ref(), &args).await?;
     if !single {
-        if ids.is_empty() {
-            say("no uncertain dead letters match; nothing to resolve");
-            return Ok(dlq::exit::OK);
-        }
-        if require_consent(ctx, args.yes, "resolve a selection")? {
-            say(&format!(
-                "About to resolve {} dead letters as {decision}: {}",
-                thousands(ids.len() as i64),
-                args.note
-            ));
-            if !confirm(ctx, "Resolve them?").await? {
-                say("declined; nothing was changed");
-                return Ok(dlq::exit::NOT_DONE);
-            }
+        if let Some(code) = consent(ctx, &args, &ids).await? {
+            return Ok(code);
         }
     }
     let (resolution, detail) = if args.delivered {
@@ -131,46 +84,16 @@ pub async fn run(ctx: &Ctx, args: ResolveArgs) -> Result<u8> {
         let d = format!("resolved as not delivered (pending again): {}", args.note);
         (Resolution::NotDelivered, d)
     };
+    let how = How {
+        resolution,
+        detail: &detail,
+        operator: &operator,
+    };
     let mut worst: Option<Outcome> = None;
     for chunk in ids.chunks(1000) {
-        let entries: Vec<NewHistory> = chunk
-            .iter()
-            .map(|id| {
-                StepReport::new(id, Outcome::Resolved, detail.clone())
-                    .history(&operator, "resolve", None)
-            })
-            .collect();
-        // Why each was uncertain, where the report should say it (a v1 claim).
-        let v1: HashSet<String> = store
-            .summaries(chunk)
-            .await?
-            .into_iter()
-            .filter(|s| s.v1_claim && s.state == State::Uncertain)
-            .map(|s| s.id)
-            .collect();
-        let resolved: HashSet<String> = store
-            .resolve(chunk, resolution, &entries)
-            .await?
-            .into_iter()
-            .collect();
+        let settled = resolve_chunk(store.as_ref(), chunk, &how).await?;
         for id in chunk {
-            let report = if resolved.contains(id) {
-                let why = match v1.contains(id) {
-                    true => " (it was claimed by a tool older than this schema, dlq v1; nobody held its claim)",
-                    false => "",
-                };
-                StepReport::new(id, Outcome::Resolved, format!("{detail}{why}"))
-            } else {
-                let r = StepReport::unavailable(
-                    store.as_ref(),
-                    id,
-                    Outcome::NotResolved,
-                    "not resolved: ",
-                )
-                .await?;
-                r.record(store.as_ref(), &operator, "resolve", None).await;
-                r
-            };
+            let report = report_of(store.as_ref(), id, &settled, &how).await?;
             match (single, ctx.format) {
                 (false, Format::Json) => ctx.out.json_line(&report),
                 _ => {
@@ -184,4 +107,128 @@ pub async fn run(ctx: &Ctx, args: ResolveArgs) -> Result<u8> {
     }
     store.close().await;
     Ok(worst.map(|o| o.exit_code()).unwrap_or(dlq::exit::OK))
+}
+
+/// The IDs to resolve (the one given, a plan's, or the uncertain rows the filters
+/// select, in ID order) and whether it is the one given.
+async fn select(store: &dyn Store, args: &ResolveArgs) -> Result<(Vec<String>, bool)> {
+    if let Some(id) = &args.id {
+        validate_id(id)?;
+        return Ok((vec![id.clone()], true));
+    }
+    if let Some(path) = &args.plan {
+        return Ok((Plan::load(path, store).await?.ids(), false));
+    }
+    let mut filter = args.filters.resolve(store).await?;
+    match filter.states.as_slice() {
+        [] => filter.states = vec![State::Uncertain],
+        [State::Uncertain] => {}
+        _ => return Err(DlqError::usage(
+            "only uncertain dead letters can be resolved: use --state uncertain (the default here)",
+        )
+        .into()),
+    }
+    let (rows, total) = store.list(&filter, args.limit).await?;
+    if (rows.len() as i64) < total {
+        return Err(DlqError::usage(format!(
+            "the filters select {} uncertain dead letters, more than --limit {}: narrow them or raise --limit",
+            thousands(total),
+            args.limit
+        ))
+        .into());
+    }
+    // In ID order: a selection resolves (and reports) the same way every time.
+    let mut ids: Vec<String> = rows.into_iter().map(|r| r.id).collect();
+    ids.sort();
+    Ok((ids, false))
+}
+
+/// Asks before a selection is resolved; `Some(exit code)` when the command ends here.
+async fn consent(ctx: &Ctx, args: &ResolveArgs, ids: &[String]) -> Result<Option<u8>> {
+    if ids.is_empty() {
+        say("no uncertain dead letters match; nothing to resolve");
+        return Ok(Some(dlq::exit::OK));
+    }
+    if require_consent(ctx, args.yes, "resolve a selection")? {
+        let decision = match args.delivered {
+            true => "delivered",
+            false => "not delivered",
+        };
+        say(&format!(
+            "About to resolve {} dead letters as {decision}: {}",
+            thousands(ids.len() as i64),
+            args.note
+        ));
+        if !confirm(ctx, "Resolve them?").await? {
+            say("declined; nothing was changed");
+            return Ok(Some(dlq::exit::NOT_DONE));
+        }
+    }
+    Ok(None)
+}
+
+/// What every row of one `dlq resolve` is settled as.
+struct How<'a> {
+    resolution: Resolution,
+    detail: &'a str,
+    operator: &'a str,
+}
+
+/// The rows of a chunk that were resolved, and those among them that a dlq v1 claim had
+/// left uncertain (the report says so).
+struct Settled {
+    resolved: HashSet<String>,
+    v1: HashSet<String>,
+}
+
+/// Resolves one chunk of IDs in one write.
+async fn resolve_chunk(store: &dyn Store, chunk: &[String], how: &How<'_>) -> Result<Settled> {
+    let entries: Vec<NewHistory> = chunk
+        .iter()
+        .map(|id| {
+            StepReport::new(id, Outcome::Resolved, how.detail.to_string()).history(
+                how.operator,
+                "resolve",
+                None,
+            )
+        })
+        .collect();
+    let v1: HashSet<String> = store
+        .summaries(chunk)
+        .await?
+        .into_iter()
+        .filter(|s| s.v1_claim && s.state == State::Uncertain)
+        .map(|s| s.id)
+        .collect();
+    let resolved: HashSet<String> = store
+        .resolve(chunk, how.resolution, &entries)
+        .await?
+        .into_iter()
+        .collect();
+    Ok(Settled { resolved, v1 })
+}
+
+/// One row's report; a row not resolved says why (and its history records it).
+async fn report_of(
+    store: &dyn Store,
+    id: &str,
+    settled: &Settled,
+    how: &How<'_>,
+) -> Result<StepReport> {
+    if settled.resolved.contains(id) {
+        let why = match settled.v1.contains(id) {
+            true => {
+                " (it was claimed by a tool older than this schema, dlq v1; nobody held its claim)"
+            }
+            false => "",
+        };
+        return Ok(StepReport::new(
+            id,
+            Outcome::Resolved,
+            format!("{}{why}", how.detail),
+        ));
+    }
+    let r = StepReport::unavailable(store, id, Outcome::NotResolved, "not resolved: ").await?;
+    r.record(store, how.operator, "resolve", None).await;
+    Ok(r)
 }

@@ -325,37 +325,7 @@ impl Store for PgStore {
                  $18,$19,$20,$21){}",
                 if skip_existing { " ON CONFLICT (id) DO NOTHING" } else { "" }
             );
-            let attempts = i32::try_from(r.attempts).map_err(|_| {
-                DlqError::usage(format!(
-                    "line {}: field attempts: {} is out of range",
-                    r.line, r.attempts
-                ))
-            })?;
-            let res = sqlx::query(sql.as_str())
-                .bind(&r.id)
-                // Moved, not copied: a body may be tens of MiB.
-                .bind(std::mem::take(&mut r.body))
-                .bind(&r.reason)
-                .bind(attempts)
-                .bind(&r.headers_json)
-                .bind(r.replayed_at)
-                .bind(&r.replay_claim_owner)
-                .bind(r.replay_claim_expires_at)
-                .bind(&r.last_replay_error)
-                .bind(&r.event_id)
-                .bind(&r.error)
-                .bind(&r.producer)
-                .bind(&r.schema_version)
-                .bind(&r.source_queue)
-                .bind(&r.exchange)
-                .bind(&r.routing_key)
-                .bind(r.dead_lettered_at)
-                .bind(r.replay_attempt_at)
-                .bind(r.discarded_at)
-                .bind(&r.discard_note)
-                .bind(&r.revision_of)
-                .execute(&mut *tx)
-                .await;
+            let res = insert_imported(&mut tx, &sql, &mut r).await?;
             match res {
                 Ok(done) if done.rows_affected() == 0 => report.skipped_existing += 1,
                 Ok(_) => {
@@ -533,3 +503,42 @@ impl Store for PgStore {
 
 #[path = "postgres_capture.rs"]
 mod capture;
+
+/// Inserts one imported row (the body moved out of it, not copied: a body may be tens of
+/// MiB); the database's answer is the caller's to judge.
+async fn insert_imported(
+    tx: &mut sqlx::Transaction<'_, Postgres>,
+    sql: &str,
+    r: &mut NewDeadLetter,
+) -> Result<std::result::Result<sqlx::postgres::PgQueryResult, sqlx::Error>> {
+    let attempts = i32::try_from(r.attempts).map_err(|_| {
+        DlqError::usage(format!(
+            "line {}: field attempts: {} is out of range",
+            r.line, r.attempts
+        ))
+    })?;
+    Ok(sqlx::query(sql)
+        .bind(&r.id)
+        .bind(std::mem::take(&mut r.body))
+        .bind(&r.reason)
+        .bind(attempts)
+        .bind(&r.headers_json)
+        .bind(r.replayed_at)
+        .bind(&r.replay_claim_owner)
+        .bind(r.replay_claim_expires_at)
+        .bind(&r.last_replay_error)
+        .bind(&r.event_id)
+        .bind(&r.error)
+        .bind(&r.producer)
+        .bind(&r.schema_version)
+        .bind(&r.source_queue)
+        .bind(&r.exchange)
+        .bind(&r.routing_key)
+        .bind(r.dead_lettered_at)
+        .bind(r.replay_attempt_at)
+        .bind(r.discarded_at)
+        .bind(&r.discard_note)
+        .bind(&r.revision_of)
+        .execute(&mut **tx)
+        .await)
+}

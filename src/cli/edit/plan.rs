@@ -99,9 +99,14 @@ async fn edit_all(
         }
         (None, _) => None,
     };
-    let code = super::worst(&reports);
+    Ok(finish(ctx, plan, &reports, plan_out))
+}
+
+/// The summary line (or JSON line) of a plan edit; its exit code, the worst item's.
+fn finish(ctx: &Ctx, plan: &Plan, reports: &[EditReport], plan_out: Option<String>) -> u8 {
+    let code = super::worst(reports);
     let mut outcomes = BTreeMap::new();
-    for r in &reports {
+    for r in reports {
         *outcomes.entry(r.outcome.as_str()).or_insert(0) += 1;
     }
     let summary = Summary {
@@ -136,7 +141,7 @@ async fn edit_all(
             ));
         }
     }
-    Ok(code)
+    code
 }
 
 /// Fails unless `out` can be written, before anything is edited: a plan of revisions
