@@ -285,6 +285,8 @@ fn run_page(page: &Path, bin_dir: &Path, rabbit: &Rabbit, amqp: &str) -> Vec<Str
         .env("DLQ_OUTPUT", "table")
         .env("DLQ_AMQP_URL", amqp)
         .env("NO_COLOR", "1")
+        // The pages' tables fit 100 columns, as a reader's terminal or browser shows them.
+        .env("COLUMNS", "100")
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -433,4 +435,25 @@ fn the_readme_names_the_minimum_rust_of_cargo_toml() {
         said.iter().all(|v| *v == wanted),
         "README says {said:?}, Cargo.toml {wanted}"
     );
+}
+
+/// Once broke: the README's own tables were 152 columns wide, wrapped on every screen.
+#[test]
+fn the_pages_tables_fit_100_columns() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let mut pages = vec![root.join("README.md")];
+    for e in std::fs::read_dir(root.join("runbooks")).unwrap() {
+        pages.push(e.unwrap().path());
+    }
+    let mut wide = Vec::new();
+    for page in pages.iter().filter(|p| p.extension().is_some_and(|e| e == "md")) {
+        let text = std::fs::read_to_string(page).unwrap();
+        for (n, line) in text.lines().enumerate() {
+            let table = line.contains('│') || line.contains('┆') || line.contains('─');
+            if table && line.chars().count() > 100 {
+                wide.push(format!("{}:{}", page.display(), n + 1));
+            }
+        }
+    }
+    assert!(wide.is_empty(), "table lines over 100 columns: {wide:?}");
 }
