@@ -96,7 +96,7 @@ pub fn run(ctx: &Ctx, args: CompletionsArgs) -> Result<u8> {
 pub async fn ids(ctx: &Ctx, args: IdsArgs) -> Result<u8> {
     let found = tokio::time::timeout(IDS_BOUND, async {
         let store = ctx.store().await?;
-        let ids = store.ids_starting_with(&args.prefix, IDS_LIMIT).await;
+        let ids = store.ids_starting_with(&args.prefix, None, IDS_LIMIT).await;
         store.close().await;
         Ok::<_, anyhow::Error>(ids?)
     })

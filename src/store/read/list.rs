@@ -10,17 +10,23 @@ use crate::error::Result;
 use crate::model::{Dimension, Filter, Group, GroupKey, State, Summary};
 use sqlx::QueryBuilder;
 
+/// `substr` rather than `LIKE`: an ID may hold `%` or `_`, and SQLite's `LIKE` ignores
+/// ASCII case.
 pub(super) async fn ids_starting_with<B: Backend>(
     b: &B,
     prefix: &str,
+    state: Option<State>,
     limit: i64,
 ) -> Result<Vec<String>> {
     let mut qb = QueryBuilder::new("SELECT id FROM dead_letters WHERE substr(id, 1, length(");
     B::Db::bind(&mut qb, Bind::Text(prefix.to_string()));
     qb.push(")) = ");
     B::Db::bind(&mut qb, Bind::Text(prefix.to_string()));
+    if let Some(st) = state {
+        qb.push(format!(" AND {}", state_of::<B::Db>(st)));
+    }
     qb.push(format!(
-        " AND replayed_at IS NULL AND discarded_at IS NULL ORDER BY {} DESC LIMIT ",
+        " ORDER BY {} DESC, id LIMIT ",
         B::Db::at(TimeCol::DeadLetteredAt)
     ));
     B::Db::bind(&mut qb, Bind::Int(limit));

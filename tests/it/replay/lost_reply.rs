@@ -134,8 +134,13 @@ mod wrapper {
         ) -> Result<Vec<(String, String, DateTime<Utc>)>> {
             self.inner.dead_lettered_since(after, limit).await
         }
-        async fn ids_starting_with(&self, prefix: &str, limit: i64) -> dlq::Result<Vec<String>> {
-            self.inner.ids_starting_with(prefix, limit).await
+        async fn ids_starting_with(
+            &self,
+            prefix: &str,
+            state: Option<dlq::model::State>,
+            limit: i64,
+        ) -> dlq::Result<Vec<String>> {
+            self.inner.ids_starting_with(prefix, state, limit).await
         }
         async fn database_id(&self) -> dlq::Result<String> {
             self.inner.database_id().await
