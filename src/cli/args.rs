@@ -171,6 +171,9 @@ pub enum Command {
     /// Print dead-letter IDs for shell completion
     #[command(name = "__ids", hide = true)]
     Ids(completions::IdsArgs),
+    /// Print the stored values of a filter for shell completion
+    #[command(name = "__values", hide = true)]
+    Values(completions::ValuesArgs),
 }
 
 impl Command {

@@ -164,5 +164,6 @@ async fn run(ctx: &Ctx, mut command: Command) -> Result<u8> {
         Command::Completions(a) => completions::run(ctx, a),
         Command::Man(a) => man::run(ctx, a),
         Command::Ids(a) => completions::ids(ctx, a).await,
+        Command::Values(a) => completions::values(ctx, a).await,
     }
 }

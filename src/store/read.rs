@@ -194,6 +194,9 @@ pub trait Reads: Send + Sync {
         state: Option<State>,
         limit: i64,
     ) -> Result<Vec<String>>;
+    /// The `limit` most common values of a text dimension (reason, producer, schema
+    /// version, source queue) with their counts, most common first.
+    async fn common_values(&self, dim: Dimension, limit: i64) -> Result<Vec<(String, i64)>>;
     /// Newest first, at most `limit`, each row handed to `sink` as it arrives (memory
     /// stays flat however many). Returns the number of rows.
     async fn list_each(
@@ -339,6 +342,10 @@ impl<B: Backend> Reads for B {
         limit: i64,
     ) -> Result<Vec<String>> {
         list::ids_starting_with(self, prefix, state, limit).await
+    }
+
+    async fn common_values(&self, dim: Dimension, limit: i64) -> Result<Vec<(String, i64)>> {
+        list::common_values(self, dim, limit).await
     }
 
     async fn list_each(

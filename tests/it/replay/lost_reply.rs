@@ -142,6 +142,13 @@ mod wrapper {
         ) -> dlq::Result<Vec<String>> {
             self.inner.ids_starting_with(prefix, state, limit).await
         }
+        async fn common_values(
+            &self,
+            dim: dlq::model::Dimension,
+            limit: i64,
+        ) -> dlq::Result<Vec<(String, i64)>> {
+            self.inner.common_values(dim, limit).await
+        }
         async fn database_id(&self) -> dlq::Result<String> {
             self.inner.database_id().await
         }
