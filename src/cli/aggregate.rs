@@ -134,6 +134,9 @@ pub async fn run(ctx: &Ctx, args: AggregateArgs) -> Result<u8> {
             }
         }
     }
+    if groups.is_empty() {
+        args.filters.hint_unmatched(store.as_ref()).await;
+    }
     store.close().await;
     Ok(dlq::exit::OK)
 }

@@ -201,9 +201,30 @@ pub enum Command {
     /// Print dead-letter IDs for shell completion
     #[command(name = "__ids", hide = true)]
     Ids(completions::IdsArgs),
+    /// Print the stored values of a filter for shell completion
+    #[command(name = "__values", hide = true)]
+    Values(completions::ValuesArgs),
 }
 
 impl Command {
+    /// The arguments that name one dead letter, trimmed and resolved from a prefix
+    /// before the command runs ([`super::Ctx::resolve_ids`]).
+    pub fn single_ids(&mut self) -> Vec<&mut String> {
+        match self {
+            Command::Show(a) => vec![&mut a.id],
+            Command::Claim(a) => vec![&mut a.id],
+            Command::Release(a) => vec![&mut a.id],
+            Command::Note(a) => vec![&mut a.id],
+            Command::Replay(a) => a.id.iter_mut().collect(),
+            Command::Resolve(a) => a.id.iter_mut().collect(),
+            Command::Discard(a) => a.id.iter_mut().collect(),
+            Command::Restore(a) => a.id.iter_mut().collect(),
+            Command::Edit(a) => a.id.iter_mut().collect(),
+            Command::Diff(a) => vec![&mut a.a, &mut a.b],
+            _ => Vec::new(),
+        }
+    }
+
     /// A profile's default lease, for the commands that take one.
     pub fn set_default_lease(&mut self, lease: Duration) {
         match self {

@@ -17,6 +17,9 @@ pub struct Ctx {
     pub out: Out,
     /// What the profile (if any) gave.
     pub profile: profile::Applied,
+    /// The store [`Ctx::resolve_ids`] opened (or failed to), handed to the command's
+    /// first [`Ctx::store`]: one connection, and one connect timeout, per command.
+    pub opened: std::sync::Mutex<Option<Result<Box<dyn Store>>>>,
 }
 
 impl Ctx {
@@ -123,6 +126,10 @@ impl Ctx {
     /// Opens the store for reading. Reads name the derived columns and the history
     /// table, so a database without the schema fails with "run `dlq migrate`" anyway.
     pub async fn store(&self) -> Result<Box<dyn Store>> {
+        let opened = self.opened.lock().map(|mut o| o.take());
+        if let Ok(Some(opened)) = opened {
+            return opened;
+        }
         let url = self.database_url()?;
         store::open(&url, &self.store_options())
             .await

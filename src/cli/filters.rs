@@ -1,10 +1,10 @@
 //! The filters shared by `list`, `aggregate`, `plan`, `export` and the commands that
 //! change a selection (`resolve`, `discard`, `restore`, `prune`).
 
-use super::output::thousands;
+use super::output::{say, thousands};
 use clap::Args;
 use dlq::error::{DlqError, Result};
-use dlq::model::{validate_filter_value, validate_id, ContentMatch, Filter, State};
+use dlq::model::{validate_filter_value, validate_id, ContentMatch, Dimension, Filter, State};
 use dlq::plan::Plan;
 use dlq::store::Store;
 use dlq::timeparse::{parse_time, time_arg};
@@ -193,6 +193,63 @@ impl FilterArgs {
             revisions: self.revisions,
         })
     }
+}
+
+/// How many stored values a filter that matches nothing names.
+const HINTED: i64 = 5;
+
+impl FilterArgs {
+    /// After a command found nothing: for each of `--reason`, `--producer`,
+    /// `--schema-version` and `--source-queue` whose value no row has at all, says on
+    /// stderr which values exist (the most common, with counts), so a typo is not a
+    /// silent "nothing". stdout and the exit code stay as they are; a failed read says
+    /// nothing.
+    pub async fn hint_unmatched(&self, store: &dyn Store) {
+        for (flag, dim, value) in [
+            ("reason", Dimension::Reason, &self.reason),
+            ("producer", Dimension::Producer, &self.producer),
+            (
+                "schema-version",
+                Dimension::SchemaVersion,
+                &self.schema_version,
+            ),
+            ("source-queue", Dimension::SourceQueue, &self.source_queue),
+        ] {
+            let Some(value) = value else { continue };
+            let alone = only(dim, value);
+            if !matches!(store.count_at_most(&alone, 0).await, Ok(0)) {
+                continue;
+            }
+            let Ok(common) = store.common_values(dim, HINTED).await else {
+                continue;
+            };
+            let values: Vec<String> = common
+                .iter()
+                .map(|(v, n)| format!("{} ({})", dlq::sanitize::line(v), thousands(*n)))
+                .collect();
+            let stored = match values.is_empty() {
+                true => "none is stored".to_string(),
+                false => format!("the most common: {}", values.join(", ")),
+            };
+            say(&format!(
+                "dlq: no dead letter has --{flag} {:?}; {stored}",
+                dlq::sanitize::line(value)
+            ));
+        }
+    }
+}
+
+/// The filter that selects the rows whose `dim` is `value`, in any state.
+fn only(dim: Dimension, value: &str) -> Filter {
+    let mut f = Filter::default();
+    let slot = match dim {
+        Dimension::Reason => &mut f.reason,
+        Dimension::Producer => &mut f.producer,
+        Dimension::SchemaVersion => &mut f.schema_version,
+        _ => &mut f.source_queue,
+    };
+    *slot = Some(value.to_string());
+    f
 }
 
 /// What a command that changes rows acts on.

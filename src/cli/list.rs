@@ -144,8 +144,11 @@ async fn render(ctx: &Ctx, store: &dyn dlq::store::Store, args: &ListArgs) -> Re
                 thousands(shown)
             ));
         }
-    } else if shown == 0 && ctx.format != Format::Json {
-        say("no dead letters match");
+    } else if shown == 0 {
+        if ctx.format != Format::Json {
+            say("no dead letters match");
+        }
+        args.filters.hint_unmatched(store).await;
     }
     Ok(())
 }

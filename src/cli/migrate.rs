@@ -1,14 +1,30 @@
-//! `dlq migrate`: applies the embedded migrations; a second run is a no-op.
+//! `dlq migrate`: applies the embedded migrations; a second run is a no-op. On a
+//! terminal it asks before creating a SQLite file that does not exist (a typo in the URL
+//! would otherwise become a new, empty database); scripts without a terminal, and
+//! `--create`, create it as before.
 
+use super::output::say;
+use super::prompt::confirm;
 use super::Result;
 use super::{Ctx, Format};
 use clap::Args;
 
 #[derive(Debug, Args)]
-pub struct MigrateArgs {}
+pub struct MigrateArgs {
+    /// Create the SQLite file if it does not exist, without asking
+    #[arg(long)]
+    pub create: bool,
+}
 
-pub async fn run(ctx: &Ctx, _args: MigrateArgs) -> Result<u8> {
+pub async fn run(ctx: &Ctx, args: MigrateArgs) -> Result<u8> {
     let url = ctx.database_url()?;
+    if let Some(file) = dlq::store::sqlite_file_to_create(&url) {
+        let question = format!("create new SQLite database {}?", file.display());
+        if !args.create && ctx.interactive() && !confirm(ctx, &question).await? {
+            say("dlq: declined: nothing was created");
+            return Ok(dlq::exit::NOT_DONE);
+        }
+    }
     let mut opts = ctx.store_options();
     opts.create = true;
     let store = dlq::store::open(&url, &opts).await?;

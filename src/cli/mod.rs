@@ -17,6 +17,7 @@ mod discard;
 mod edit;
 mod export;
 mod filters;
+mod ids;
 mod import;
 mod list;
 mod logging;
@@ -123,6 +124,7 @@ pub fn main() -> u8 {
         format,
         out: Out::new(format),
         profile: applied,
+        opened: Default::default(),
     };
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -136,7 +138,8 @@ pub fn main() -> u8 {
     finish(&ctx.out, result)
 }
 
-async fn run(ctx: &Ctx, command: Command) -> Result<u8> {
+async fn run(ctx: &Ctx, mut command: Command) -> Result<u8> {
+    ctx.resolve_ids(command.single_ids()).await?;
     match command {
         Command::List(a) => list::run(ctx, a).await,
         Command::Aggregate(a) => aggregate::run(ctx, a).await,
@@ -161,5 +164,6 @@ async fn run(ctx: &Ctx, command: Command) -> Result<u8> {
         Command::Completions(a) => completions::run(ctx, a),
         Command::Man(a) => man::run(ctx, a),
         Command::Ids(a) => completions::ids(ctx, a).await,
+        Command::Values(a) => completions::values(ctx, a).await,
     }
 }

@@ -46,14 +46,22 @@ pub async fn run(ctx: &Ctx, args: PlanArgs) -> Result<u8> {
             ).into())
         }
     }
-    let plan = make_plan(
+    let plan = match make_plan(
         store.as_ref(),
         filter,
         args.limit,
         args.allow_mixed,
         &operator,
     )
-    .await?;
+    .await
+    {
+        Ok(plan) => plan,
+        Err(e) => {
+            // Nothing to plan because of a typo: say which values exist.
+            args.filters.hint_unmatched(store.as_ref()).await;
+            return Err(e.into());
+        }
+    };
     store.close().await;
     ctx.out.json(&plan);
     ctx.out.check()?;

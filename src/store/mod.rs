@@ -372,6 +372,18 @@ pub fn check_url(url: &SecretUrl) -> Result<()> {
     }
 }
 
+/// The file a `sqlite:` URL names when it does not exist yet: what `dlq migrate` would
+/// create. `None` for another scheme, an existing file or a URL that names no file.
+pub fn sqlite_file_to_create(url: &SecretUrl) -> Option<std::path::PathBuf> {
+    use std::str::FromStr;
+    if !url.scheme().starts_with("sqlite") {
+        return None;
+    }
+    let options = sqlx::sqlite::SqliteConnectOptions::from_str(url.expose()).ok()?;
+    let file = options.get_filename();
+    (!file.as_os_str().is_empty() && !file.exists()).then(|| file.to_path_buf())
+}
+
 /// Opens the store named by the URL's scheme: `postgres://`, `postgresql://` or `sqlite:`.
 pub async fn open(url: &SecretUrl, opts: &StoreOptions) -> Result<Box<dyn Store>> {
     match url.scheme() {

@@ -16,7 +16,9 @@
 
 use super::{NewDeadLetter, PlanCandidate};
 use crate::error::{DlqError, Result};
-use crate::model::{ContentMatch, DeadLetter, Dimension, Filter, Group, HistoryEntry, Summary};
+use crate::model::{
+    ContentMatch, DeadLetter, Dimension, Filter, Group, HistoryEntry, State, Summary,
+};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use futures_util::stream::BoxStream;
@@ -184,9 +186,17 @@ pub trait Reads: Send + Sync {
     async fn now(&self) -> Result<DateTime<Utc>>;
     /// The identity `dlq migrate` stored once for this database (table `dlq_meta`).
     async fn database_id(&self) -> Result<String>;
-    /// IDs of rows not yet replayed or discarded that start with `prefix`, newest first,
-    /// at most `limit` (shell completion: no count, no body, one short statement).
-    async fn ids_starting_with(&self, prefix: &str, limit: i64) -> Result<Vec<String>>;
+    /// IDs that start with `prefix` (of rows in `state`, or any), newest first, at most
+    /// `limit`: shell completion and ID prefixes (no count, no body, one short statement).
+    async fn ids_starting_with(
+        &self,
+        prefix: &str,
+        state: Option<State>,
+        limit: i64,
+    ) -> Result<Vec<String>>;
+    /// The `limit` most common values of a text dimension (reason, producer, schema
+    /// version, source queue) with their counts, most common first.
+    async fn common_values(&self, dim: Dimension, limit: i64) -> Result<Vec<(String, i64)>>;
     /// Newest first, at most `limit`, each row handed to `sink` as it arrives (memory
     /// stays flat however many). Returns the number of rows.
     async fn list_each(
@@ -325,8 +335,17 @@ impl<B: Backend> Reads for B {
             .ok_or_else(|| DlqError::SchemaMissing("no database_id in dlq_meta".into()))
     }
 
-    async fn ids_starting_with(&self, prefix: &str, limit: i64) -> Result<Vec<String>> {
-        list::ids_starting_with(self, prefix, limit).await
+    async fn ids_starting_with(
+        &self,
+        prefix: &str,
+        state: Option<State>,
+        limit: i64,
+    ) -> Result<Vec<String>> {
+        list::ids_starting_with(self, prefix, state, limit).await
+    }
+
+    async fn common_values(&self, dim: Dimension, limit: i64) -> Result<Vec<(String, i64)>> {
+        list::common_values(self, dim, limit).await
     }
 
     async fn list_each(

@@ -40,11 +40,34 @@ pub(crate) fn check_target(url: &str, file: &Path, create: bool) -> Result<()> {
         )));
     }
     if !create && !file.exists() {
-        return Err(DlqError::SchemaMissing(format!(
-            "database file {shown} does not exist"
+        let guess = similar_file(dir, file)
+            .map(|g| format!(" (did you mean {}?)", g.display()))
+            .unwrap_or_default();
+        return Err(DlqError::other(format!(
+            "the SQLite database file {shown} does not exist{guess}: check the database \
+             URL; only `dlq migrate` creates a new, empty database"
         )));
     }
     Ok(())
+}
+
+/// A SQLite file in `dir` whose name is close to `file`'s (a typo: `dql.db`).
+fn similar_file(dir: &Path, file: &Path) -> Option<std::path::PathBuf> {
+    let wanted = file.file_name()?.to_string_lossy().into_owned();
+    let entries = std::fs::read_dir(dir).ok()?;
+    entries
+        .flatten()
+        .take(1000)
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let sqlite = [".db", ".sqlite", ".sqlite3"]
+                .iter()
+                .any(|ext| name.ends_with(ext));
+            let distance = strsim::damerau_levenshtein(&wanted, &name);
+            (sqlite && e.path().is_file() && distance <= 2).then_some((distance, name))
+        })
+        .min()
+        .map(|(_, name)| file.with_file_name(name))
 }
 
 /// SQLite's open and read-only errors with the path and what to do; others unchanged.

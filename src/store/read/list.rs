@@ -10,17 +10,23 @@ use crate::error::Result;
 use crate::model::{Dimension, Filter, Group, GroupKey, State, Summary};
 use sqlx::QueryBuilder;
 
+/// `substr` rather than `LIKE`: an ID may hold `%` or `_`, and SQLite's `LIKE` ignores
+/// ASCII case.
 pub(super) async fn ids_starting_with<B: Backend>(
     b: &B,
     prefix: &str,
+    state: Option<State>,
     limit: i64,
 ) -> Result<Vec<String>> {
     let mut qb = QueryBuilder::new("SELECT id FROM dead_letters WHERE substr(id, 1, length(");
     B::Db::bind(&mut qb, Bind::Text(prefix.to_string()));
     qb.push(")) = ");
     B::Db::bind(&mut qb, Bind::Text(prefix.to_string()));
+    if let Some(st) = state {
+        qb.push(format!(" AND {}", state_of::<B::Db>(st)));
+    }
     qb.push(format!(
-        " AND replayed_at IS NULL AND discarded_at IS NULL ORDER BY {} DESC LIMIT ",
+        " ORDER BY {} DESC, id LIMIT ",
         B::Db::at(TimeCol::DeadLetteredAt)
     ));
     B::Db::bind(&mut qb, Bind::Int(limit));
@@ -57,6 +63,43 @@ pub(super) async fn count_at_most<B: Backend>(b: &B, filter: &Filter, cap: i64) 
     count_of(b, &mut qb).await
 }
 
+/// The column (or bucket) a dimension groups by.
+fn dimension<D: Dialect>(d: Dimension) -> String {
+    match d {
+        Dimension::Reason => "reason".into(),
+        Dimension::Producer => "eff_producer".into(),
+        Dimension::SchemaVersion => "eff_schema_version".into(),
+        Dimension::SourceQueue => "source_queue".into(),
+        Dimension::ErrorClass => "eff_error_class".into(),
+        Dimension::Hour => D::bucket("hour"),
+        Dimension::Day => D::bucket("day"),
+    }
+}
+
+/// The `limit` most common values of a text dimension, with their counts, most common
+/// first (rows with none left out): what completion offers and what a filter that matches
+/// nothing names.
+pub(super) async fn common_values<B: Backend>(
+    b: &B,
+    dim: Dimension,
+    limit: i64,
+) -> Result<Vec<(String, i64)>> {
+    let expr = dimension::<B::Db>(dim);
+    let mut qb = QueryBuilder::new(format!(
+        "SELECT {expr} AS v, count(*) AS n FROM dead_letters WHERE {expr} IS NOT NULL \
+         GROUP BY {expr} ORDER BY 2 DESC, 1 LIMIT "
+    ));
+    B::Db::bind(&mut qb, Bind::Int(limit));
+    let rows = all(b, &mut qb, |r| {
+        Ok((text::<B::Db>(r, "v")?, B::Db::int(r, "n")?))
+    })
+    .await?;
+    Ok(rows
+        .into_iter()
+        .filter_map(|(v, n)| v.map(|v| (v, n)))
+        .collect())
+}
+
 pub(super) async fn aggregate<B: Backend>(
     b: &B,
     dims: &[Dimension],
@@ -65,18 +108,7 @@ pub(super) async fn aggregate<B: Backend>(
     let keys: Vec<String> = dims
         .iter()
         .enumerate()
-        .map(|(i, d)| {
-            let expr = match d {
-                Dimension::Reason => "reason".into(),
-                Dimension::Producer => "eff_producer".into(),
-                Dimension::SchemaVersion => "eff_schema_version".into(),
-                Dimension::SourceQueue => "source_queue".into(),
-                Dimension::ErrorClass => "eff_error_class".into(),
-                Dimension::Hour => B::Db::bucket("hour"),
-                Dimension::Day => B::Db::bucket("day"),
-            };
-            format!("{expr} AS k{i}")
-        })
+        .map(|(i, d)| format!("{} AS k{i}", dimension::<B::Db>(*d)))
         .collect();
     let states: Vec<String> = State::ALL
         .iter()

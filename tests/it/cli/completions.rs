@@ -155,3 +155,149 @@ fn bash_completes_dead_letter_ids() {
         String::from_utf8_lossy(&r.stderr)
     );
 }
+
+/// `dlq __ids --for COMMAND` offers the rows the command can act on: replay, claim,
+/// discard and edit pending ones, resolve uncertain, restore discarded, release claimed,
+/// show, note and diff any.
+#[test]
+fn ids_are_completed_in_the_state_each_command_needs() {
+    let db = TestDb::migrated(Backend::Postgres);
+    for id in ["st-pending", "st-claimed", "st-uncertain", "st-discarded"] {
+        db.add(letter(id, "q", b"{}"));
+    }
+    assert_eq!(db.dlq(&["claim", "st-claimed"]).code, 0);
+    let r = db.dlq(&["discard", "st-discarded", "--note", "x", "--yes"]);
+    assert_eq!(r.code, 0, "{}", r.all());
+    db.sql(&["UPDATE dead_letters SET replay_attempt_at = now() WHERE id = 'st-uncertain'"]);
+    let offered = |command: &str| -> Vec<String> {
+        let r = db.dlq(&["__ids", "--for", command, "st-"]);
+        assert_eq!(r.code, 0, "{command}: {}", r.all());
+        let mut ids: Vec<String> = r.stdout.lines().map(str::to_string).collect();
+        ids.sort();
+        ids
+    };
+    let all = ["st-claimed", "st-discarded", "st-pending", "st-uncertain"];
+    for (command, want) in [
+        ("replay", &["st-pending"][..]),
+        ("claim", &["st-pending"]),
+        ("discard", &["st-pending"]),
+        ("edit", &["st-pending"]),
+        ("resolve", &["st-uncertain"]),
+        ("restore", &["st-discarded"]),
+        ("release", &["st-claimed"]),
+        ("show", &all),
+        ("note", &all),
+        ("diff", &all),
+    ] {
+        assert_eq!(offered(command), want, "{command}");
+    }
+}
+
+/// Bash and fish complete IDs after every command that takes one, with the command's
+/// state; `dlq <TAB>` never offers the hidden helpers.
+#[test]
+fn bash_completes_ids_for_every_id_command_and_hides_the_helpers() {
+    let db = TestDb::migrated(Backend::Sqlite);
+    db.add(letter("hid-pending", "q", b"{}"));
+    db.add(letter("hid-gone", "q", b"{}"));
+    let r = db.dlq(&["discard", "hid-gone", "--note", "x", "--yes"]);
+    assert_eq!(r.code, 0, "{}", r.all());
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("dlq.bash");
+    std::fs::write(&path, db.dlq(&["completions", "bash"]).stdout).unwrap();
+    let complete = |words: &str, cword: usize| -> Vec<String> {
+        let out = bash_complete(&db, &path, words, cword);
+        let mut got: Vec<String> = out.lines().map(str::to_string).collect();
+        got.sort();
+        got
+    };
+    assert_eq!(complete("dlq restore hid", 2), ["hid-gone"]);
+    assert_eq!(complete("dlq discard hid", 2), ["hid-pending"]);
+    assert_eq!(complete("dlq note hid", 2), ["hid-gone", "hid-pending"]);
+    assert_eq!(
+        complete("dlq diff hid-gone hid", 3),
+        ["hid-gone", "hid-pending"]
+    );
+    let top = complete("dlq ''", 1);
+    assert!(top.contains(&"replay".to_string()), "{top:?}");
+    assert!(!top.iter().any(|w| w.starts_with("__")), "{top:?}");
+    assert!(complete("dlq __", 1).is_empty());
+    assert!(!complete("dlq help ''", 2)
+        .iter()
+        .any(|w| w.starts_with("__")));
+    for shell in ["zsh", "fish"] {
+        let script = db.dlq(&["completions", shell]).stdout;
+        let generated = script.split("# Dead-letter IDs").next().unwrap();
+        assert!(
+            !generated.contains("__ids") && !generated.contains("__values"),
+            "{shell} offers a hidden helper"
+        );
+    }
+}
+
+/// `--reason`, `--producer`, `--schema-version` and `--source-queue` complete the stored
+/// values, the most common first.
+#[test]
+fn filter_values_are_completed_from_the_store() {
+    for backend in BACKENDS {
+        let db = TestDb::migrated(backend);
+        let mut lines = String::new();
+        for (i, reason) in ["poison_message", "poison_message", "permanent_failure"]
+            .iter()
+            .enumerate()
+        {
+            let mut l = letter(&format!("v{i}"), "orders.dlq", b"{}");
+            l["reason"] = (*reason).into();
+            lines.push_str(&format!("{l}\n"));
+        }
+        assert_eq!(db.dlq_stdin(&["import", "-"], lines.as_bytes()).code, 0);
+        let values = |args: &[&str]| {
+            db.dlq(args)
+                .stdout
+                .lines()
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            values(&["__values", "reason"]),
+            ["poison_message", "permanent_failure"],
+            "{backend:?}"
+        );
+        assert_eq!(values(&["__values", "reason", "pois"]), ["poison_message"]);
+        assert_eq!(values(&["__values", "producer"]), ["inventory"]);
+        assert_eq!(values(&["__values", "schema-version"]), ["5"]);
+        assert_eq!(values(&["__values", "source-queue"]), ["orders.dlq"]);
+    }
+    // Through bash, after the flag.
+    let db = TestDb::migrated(Backend::Sqlite);
+    db.add(letter("b1", "q", b"{}"));
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("dlq.bash");
+    std::fs::write(&path, db.dlq(&["completions", "bash"]).stdout).unwrap();
+    let out = bash_complete(&db, &path, "dlq list --reason ret", 3);
+    assert_eq!(out.trim(), "retries_exhausted");
+}
+
+/// Runs the bash completion of `words` (the word at `cword` being completed) and returns
+/// what it offers, one per line.
+fn bash_complete(db: &TestDb, script: &std::path::Path, words: &str, cword: usize) -> String {
+    let bin_dir = std::path::Path::new(env!("CARGO_BIN_EXE_dlq"))
+        .parent()
+        .unwrap();
+    let line = words.replace("''", "");
+    let r = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "source {}; COMP_LINE='{line}'; COMP_WORDS=({words}); COMP_CWORD={cword}; _dlq_with_ids dlq \"${{COMP_WORDS[COMP_CWORD]}}\" \"${{COMP_WORDS[COMP_CWORD-1]}}\"; printf '%s\\n' \"${{COMPREPLY[@]}}\"",
+            script.display()
+        ))
+        .env("PATH", format!("{}:{}", bin_dir.display(), std::env::var("PATH").unwrap()))
+        .env("DLQ_DATABASE_URL", &db.url)
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&r.stdout)
+        .lines()
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join("\n")
+}

@@ -2,5 +2,6 @@
 
 mod completions;
 mod config;
+mod ids;
 mod prompts;
 mod usage;

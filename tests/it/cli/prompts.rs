@@ -179,3 +179,30 @@ fn a_bulk_discard_prompt_names_producers_and_schema_versions() {
     assert!(r.stdout.contains("schema versions: 5 3"), "{}", r.stdout);
     assert_eq!(db.show("b1")["state"], "pending", "declined: {}", r.all());
 }
+
+/// On a terminal, `migrate` asks before creating a SQLite file that does not exist, and
+/// declining creates nothing; `--create` does not ask.
+#[test]
+fn migrate_asks_before_creating_a_new_sqlite_file_on_a_terminal() {
+    let db = TestDb::new(Backend::Sqlite);
+    let file = std::path::PathBuf::from(db.url.trim_start_matches("sqlite://"));
+    let r = on_a_terminal(&db, &[], "migrate", "n\n");
+    assert!(
+        r.stdout
+            .contains(&format!("create new SQLite database {}?", file.display())),
+        "{}",
+        r.all()
+    );
+    assert!(r.stdout.contains("nothing was created"), "{}", r.all());
+    assert!(!file.exists(), "declining created the file");
+    let r = on_a_terminal(&db, &[], "migrate", "y\n");
+    assert!(r.stdout.contains("applied"), "{}", r.all());
+    assert!(file.exists());
+    // An existing file is not asked about; --create never asks.
+    let r = on_a_terminal(&db, &[], "migrate", "");
+    assert!(r.stdout.contains("up to date"), "{}", r.all());
+    let other = TestDb::new(Backend::Sqlite);
+    let r = on_a_terminal(&other, &[], "migrate --create", "");
+    assert!(!r.stdout.contains("create new"), "{}", r.all());
+    assert!(r.stdout.contains("applied"), "{}", r.all());
+}

@@ -134,8 +134,20 @@ mod wrapper {
         ) -> Result<Vec<(String, String, DateTime<Utc>)>> {
             self.inner.dead_lettered_since(after, limit).await
         }
-        async fn ids_starting_with(&self, prefix: &str, limit: i64) -> dlq::Result<Vec<String>> {
-            self.inner.ids_starting_with(prefix, limit).await
+        async fn ids_starting_with(
+            &self,
+            prefix: &str,
+            state: Option<dlq::model::State>,
+            limit: i64,
+        ) -> dlq::Result<Vec<String>> {
+            self.inner.ids_starting_with(prefix, state, limit).await
+        }
+        async fn common_values(
+            &self,
+            dim: dlq::model::Dimension,
+            limit: i64,
+        ) -> dlq::Result<Vec<(String, i64)>> {
+            self.inner.common_values(dim, limit).await
         }
         async fn database_id(&self) -> dlq::Result<String> {
             self.inner.database_id().await

@@ -56,8 +56,9 @@ fn migrate_twice_is_a_no_op() {
 fn without_schema_every_command_says_run_migrate() {
     for b in BACKENDS {
         let db = TestDb::new(b);
-        if b == Backend::Postgres {
-            // An empty database, as a fresh one would be.
+        if b == Backend::Sqlite {
+            // An empty file (a missing one is a typo: see the next test).
+            std::fs::write(db.url.trim_start_matches("sqlite://"), b"").unwrap();
         }
         for args in [
             vec!["list"],
@@ -75,6 +76,47 @@ fn without_schema_every_command_says_run_migrate() {
             assert_eq!(r.stderr.trim().lines().count(), 1, "{}", r.stderr);
         }
     }
+}
+
+/// A read names a SQLite file that does not exist (a typo of the URL): one line naming
+/// the path and a similar file beside it, exit 1, and the file is not created.
+/// Once broke: the error said "run `dlq migrate`", which then created an empty database.
+#[test]
+fn a_read_of_a_missing_sqlite_file_names_it_and_never_creates_it() {
+    let db = TestDb::migrated(Backend::Sqlite);
+    let real = std::path::PathBuf::from(db.url.trim_start_matches("sqlite://"));
+    let typo = real.with_file_name("dql.db");
+    let url = format!("sqlite://{}", typo.display());
+    for args in [
+        vec!["list"],
+        vec!["aggregate", "--by", "reason"],
+        vec!["show", "0123456789"],
+        vec!["check", "--max-pending", "1"],
+        vec!["metrics"],
+        vec!["export"],
+        vec!["__ids"],
+    ] {
+        let r = db.dlq_env(&args, &[("DLQ_DATABASE_URL", &url)]);
+        assert!(!typo.exists(), "{args:?} created {}", typo.display());
+        if args[0] == "__ids" {
+            continue;
+        }
+        assert_eq!(r.code, 1, "{args:?}: {}", r.all());
+        let line = r.stderr.trim();
+        assert_eq!(line.lines().count(), 1, "{line}");
+        assert!(line.contains(&typo.display().to_string()), "{line}");
+        assert!(line.contains("does not exist"), "{line}");
+        assert!(
+            line.contains(&format!("did you mean {}?", real.display())),
+            "{line}"
+        );
+    }
+    // `migrate --create` makes it, as `migrate` without a terminal does.
+    let r = db.dlq_env(&["migrate", "--create"], &[("DLQ_DATABASE_URL", &url)]);
+    assert_eq!(r.code, 0, "{}", r.all());
+    assert!(typo.exists());
+    let r = db.dlq_env(&["list"], &[("DLQ_DATABASE_URL", &url)]);
+    assert_eq!(r.code, 0, "{}", r.all());
 }
 
 #[test]

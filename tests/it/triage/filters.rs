@@ -108,3 +108,53 @@ fn content_filters_match_exactly_on_both_stores() {
         }
     }
 }
+
+/// A filter value no row has (a typo) says on stderr which values exist, the most common
+/// first with counts; stdout and the exit code are what they were.
+#[test]
+fn a_filter_value_that_matches_nothing_names_the_values_that_exist() {
+    for backend in BACKENDS {
+        let db = TestDb::migrated(backend);
+        let mut lines = String::new();
+        for (i, reason) in ["poison_message", "poison_message", "retries_exhausted"]
+            .iter()
+            .enumerate()
+        {
+            let mut l = letter(&format!("h{i}"), "orders.dlq", b"{}");
+            l["reason"] = (*reason).into();
+            lines.push_str(&format!("{l}\n"));
+        }
+        assert_eq!(db.dlq_stdin(&["import", "-"], lines.as_bytes()).code, 0);
+        let r = db.dlq(&["list", "--reason", "poison"]);
+        assert_eq!(r.code, 0, "{backend:?}: {}", r.all());
+        assert_eq!(r.json(), serde_json::json!([]), "{backend:?}");
+        assert!(
+            r.stderr
+                .contains("poison_message (2), retries_exhausted (1)"),
+            "{backend:?}: {}",
+            r.stderr
+        );
+        assert!(r.stderr.contains("--reason \"poison\""), "{}", r.stderr);
+        let r = db.dlq(&["list", "--count", "--producer", "inventroy"]);
+        assert_eq!(r.code, 0);
+        assert!(r.stderr.contains("inventory (3)"), "{}", r.stderr);
+        let r = db.dlq(&["aggregate", "--by", "reason", "--source-queue", "orders"]);
+        assert_eq!(r.code, 0);
+        assert_eq!(r.json(), serde_json::json!([]));
+        assert!(r.stderr.contains("orders.dlq (3)"), "{}", r.stderr);
+        let r = db.dlq(&["plan", "--schema-version", "6"]);
+        assert_eq!(r.code, 2, "{}", r.all());
+        assert!(r.stdout.is_empty());
+        assert!(r.stderr.contains("5 (3)"), "{}", r.stderr);
+        // Values that exist but select nothing together: no hint.
+        let r = db.dlq(&[
+            "list",
+            "--reason",
+            "retries_exhausted",
+            "--state",
+            "discarded",
+        ]);
+        assert_eq!(r.code, 0);
+        assert!(r.stderr.is_empty(), "{}", r.stderr);
+    }
+}
