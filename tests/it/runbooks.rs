@@ -446,7 +446,10 @@ fn the_pages_tables_fit_100_columns() {
         pages.push(e.unwrap().path());
     }
     let mut wide = Vec::new();
-    for page in pages.iter().filter(|p| p.extension().is_some_and(|e| e == "md")) {
+    for page in pages
+        .iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "md"))
+    {
         let text = std::fs::read_to_string(page).unwrap();
         for (n, line) in text.lines().enumerate() {
             let table = line.contains('│') || line.contains('┆') || line.contains('─');
