@@ -10,8 +10,11 @@
 //! quietly; a plan run is stopped like Ctrl-C (see [`Out::stop_on_close`]).
 
 use super::Format;
+mod body;
+mod pager;
 mod table;
 
+pub use body::render_body;
 use comfy_table::presets;
 use dlq::error::{DlqError, Result};
 use dlq::sanitize;
@@ -95,19 +98,7 @@ impl Out {
     }
 
     fn write(&self, text: &str) {
-        if self.failure().is_some() {
-            return;
-        }
-        let mut stdout = std::io::stdout().lock();
-        let written = stdout
-            .write_all(text.as_bytes())
-            .and_then(|()| stdout.flush());
-        if let Err(e) = written {
-            self.fail(match e.kind() {
-                std::io::ErrorKind::BrokenPipe => WriteFailure::Closed,
-                _ => WriteFailure::Failed(e.to_string()),
-            });
-        }
+        self.bytes(text.as_bytes());
     }
 
     /// A whole JSON document, pretty-printed, serialized straight into stdout: a dead
@@ -211,6 +202,35 @@ impl Out {
     /// Plain text for people: newlines and tabs kept, other control characters escaped.
     pub fn text(&self, text: &str) {
         self.write(&sanitize::block(text));
+    }
+
+    /// Plain text as [`Out::text`] writes it, through the pager when stdout is a terminal
+    /// and the text is longer than the screen (see [`pager`]).
+    pub fn paged(&self, text: &str) {
+        let text = sanitize::block(text);
+        let Some(pager) = pager::wanted(text.lines().count()) else {
+            return self.write(&text);
+        };
+        if let Err(e) = pager::run(&pager, &text) {
+            say(&format!(
+                "dlq: cannot start the pager {pager:?} ({e}); writing to stdout"
+            ));
+            self.write(&text);
+        }
+    }
+
+    /// Bytes exactly as given (`show --body-only`: a body to a file).
+    pub fn bytes(&self, bytes: &[u8]) {
+        if self.failure().is_some() {
+            return;
+        }
+        let mut stdout = std::io::stdout().lock();
+        if let Err(e) = stdout.write_all(bytes).and_then(|()| stdout.flush()) {
+            self.fail(match e.kind() {
+                std::io::ErrorKind::BrokenPipe => WriteFailure::Closed,
+                _ => WriteFailure::Failed(e.to_string()),
+            });
+        }
     }
 
     /// A unified diff view (`dlq diff`, `edit --dry-run`): each line's text escaped as
@@ -448,54 +468,6 @@ impl Serialize for Base64<'_> {
             &base64::engine::general_purpose::STANDARD,
         ))
     }
-}
-
-/// Bodies larger than this are cut in the table view (JSON always carries all of it).
-pub const MAX_SHOWN_BODY: usize = 64 * 1024;
-
-/// Pretty JSON when the body is JSON, text when UTF-8, else a hex dump; cut when large.
-pub fn render_body(body: &[u8]) -> String {
-    let shown = &body[..body.len().min(MAX_SHOWN_BODY)];
-    let cut = body.len() > MAX_SHOWN_BODY;
-    let note = if cut {
-        format!(
-            "\n… {} more bytes not shown (use -o json for the whole body)\n",
-            body.len() - MAX_SHOWN_BODY
-        )
-    } else {
-        String::new()
-    };
-    if let Ok(text) = std::str::from_utf8(body) {
-        if !cut {
-            if let Ok(v) = serde_json::from_str::<serde_json::Value>(text) {
-                return format!("{}\n", serde_json::to_string_pretty(&v).unwrap_or_default());
-            }
-        }
-        let shown_text = String::from_utf8_lossy(shown);
-        return format!("{shown_text}\n{note}");
-    }
-    let mut out = String::from("(not UTF-8; hex dump)\n");
-    for (i, chunk) in shown.chunks(16).enumerate() {
-        let hex: Vec<String> = chunk.iter().map(|b| format!("{b:02x}")).collect();
-        let ascii: String = chunk
-            .iter()
-            .map(|b| {
-                if b.is_ascii_graphic() || *b == b' ' {
-                    *b as char
-                } else {
-                    '.'
-                }
-            })
-            .collect();
-        out.push_str(&format!(
-            "{:08x}  {:<48} |{}|\n",
-            i * 16,
-            hex.join(" "),
-            ascii
-        ));
-    }
-    out.push_str(&note);
-    out
 }
 
 /// One line on stderr, scrubbed of secrets and with control characters escaped. A failed

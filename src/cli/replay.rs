@@ -315,7 +315,7 @@ async fn single(
                 serde_json::to_string_pretty(&headers).unwrap_or_default(),
                 row.body.len(),
                 row.sha256(),
-                super::output::render_body(&row.body)
+                super::output::render_body(&row.body).text
             )),
         }
         return Ok(dlq::exit::OK);

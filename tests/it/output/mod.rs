@@ -5,5 +5,6 @@ mod formats;
 mod help;
 mod markdown;
 mod pipes;
+mod show;
 mod snapshots;
 mod tables;
