@@ -24,9 +24,19 @@ pub struct Cli {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Format {
+    // (No doc comments here: clap would turn every `--help` into its long layout.)
     Table,
     Json,
     Markdown,
+    // Tab-separated lines for awk and cut (list, aggregate); other commands print as table.
+    Tsv,
+}
+
+/// Whether a table or TSV starts with its header line (`--no-headers`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Headers {
+    Shown,
+    Left,
 }
 
 /// Options every command takes; `--help` lists them under their own heading, after the
@@ -99,6 +109,9 @@ pub struct GlobalOpts {
     /// Output format [default: table on a terminal, otherwise json]
     #[arg(short = 'o', long, global = true, env = "DLQ_OUTPUT", value_enum)]
     pub output: Option<Format>,
+    /// Leave out the header line of a table or TSV (for awk, cut, xargs)
+    #[arg(long, global = true, env = "DLQ_NO_HEADERS", action = clap::ArgAction::SetTrue, value_parser = clap::builder::BoolishValueParser::new())]
+    pub no_headers: bool,
     /// How long to wait to connect to the database or the broker
     #[arg(long, global = true, env = "DLQ_CONNECT_TIMEOUT", default_value = "5s", value_parser = dlq::timeparse::duration_arg)]
     pub connect_timeout: Duration,

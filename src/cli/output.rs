@@ -9,7 +9,7 @@
 //! exit 1. A closed pipe (`dlq list | head`) is not an error: the command ends at once and
 //! quietly; a plan run is stopped like Ctrl-C (see [`Out::stop_on_close`]).
 
-use super::Format;
+use super::{Format, Headers};
 mod body;
 mod pager;
 mod table;
@@ -35,14 +35,16 @@ pub enum WriteFailure {
 
 pub struct Out {
     format: Format,
+    headers: Headers,
     failure: Mutex<Option<WriteFailure>>,
     on_close: Mutex<Option<Arc<AtomicBool>>>,
 }
 
 impl Out {
-    pub fn new(format: Format) -> Self {
+    pub fn new(format: Format, headers: Headers) -> Self {
         Out {
             format,
+            headers,
             failure: Mutex::new(None),
             on_close: Mutex::new(None),
         }
@@ -154,11 +156,15 @@ impl Out {
         }
     }
 
-    /// A table with a header row, as a terminal table or as Markdown. Every cell is
-    /// shown on one line with its control characters escaped. On a terminal (or with
-    /// `COLUMNS` set) the table fits its width as each column's [`Fit`] allows (see
-    /// [`table`]); what is left out, or a vertical layout, is said on stderr.
+    /// A table with a header row, as a terminal table, as Markdown or as TSV. Every cell
+    /// is shown on one line with its control characters (tabs too) escaped. On a terminal
+    /// (or with `COLUMNS` set) the table fits its width as each column's [`Fit`] allows
+    /// (see [`table`]); what is left out, or a vertical layout, is said on stderr.
     pub fn table(&self, columns: Vec<Column>, rows: Vec<Vec<String>>) {
+        self.table_part(columns, rows, Part::Whole);
+    }
+
+    fn table_part(&self, columns: Vec<Column>, rows: Vec<Vec<String>>, part: Part) {
         let markdown = self.format == Format::Markdown;
         let cell = |s: &String| match markdown {
             true => sanitize::markdown_cell(s),
@@ -172,9 +178,27 @@ impl Out {
             })
             .collect();
         let rows: Vec<Vec<String>> = rows.iter().map(|r| r.iter().map(cell).collect()).collect();
+        if self.format == Format::Tsv {
+            return self.write(&tsv(&columns, &rows, self.headers_of(part)));
+        }
+        if part == Part::Later {
+            self.write("\n");
+        }
         let fitted = match markdown {
-            true => table::render(presets::ASCII_MARKDOWN, &columns, &rows, None),
-            false => table::render(table::TERMINAL, &columns, &rows, terminal_width()),
+            true => table::render(
+                presets::ASCII_MARKDOWN,
+                &columns,
+                &rows,
+                None,
+                Headers::Shown,
+            ),
+            false => table::render(
+                table::TERMINAL,
+                &columns,
+                &rows,
+                terminal_width(),
+                self.headers,
+            ),
         };
         if !fitted.left_out.is_empty() {
             say(&format!(
@@ -186,6 +210,24 @@ impl Out {
             say("narrow terminal: one field a line (widen it, or use -o json)");
         }
         self.write(&format!("{}\n", fitted.text));
+    }
+
+    /// A TSV's header line goes before its first rows only.
+    fn headers_of(&self, part: Part) -> Headers {
+        match part {
+            Part::Later => Headers::Left,
+            Part::Whole => self.headers,
+        }
+    }
+
+    /// One ID on its line (`-q`), escaped as a table cell is.
+    pub fn id_line(&self, id: &str) {
+        self.write(&format!("{}\n", sanitize::line(id)));
+    }
+
+    /// Whether stdout carries TSV (`-o tsv`): numbers unformatted, text uncut.
+    pub fn is_tsv(&self) -> bool {
+        self.format == Format::Tsv
     }
 
     /// Whether a progress bar goes on stderr: for people (not with `-o json`), on a
@@ -353,6 +395,29 @@ impl JsonArray<'_> {
     }
 }
 
+/// Which part of a listing a table is: the first (or only) one, or one after it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Part {
+    Whole,
+    Later,
+}
+
+/// Tab-separated lines: the header line (unless left out), then a line per row. Cells
+/// are already one line with tabs escaped, so a tab only ever separates.
+fn tsv(columns: &[Column], rows: &[Vec<String>], headers: Headers) -> String {
+    let mut out = String::new();
+    if headers == Headers::Shown {
+        let names: Vec<&str> = columns.iter().map(|c| c.name.as_str()).collect();
+        out.push_str(&names.join("\t"));
+        out.push('\n');
+    }
+    for r in rows {
+        out.push_str(&r.join("\t"));
+        out.push('\n');
+    }
+    out
+}
+
 /// Rows per table of [`Out::table_chunks`].
 pub const TABLE_CHUNK: usize = 1000;
 
@@ -373,12 +438,13 @@ impl TableChunks<'_> {
     }
 
     fn print(&mut self) {
-        if self.printed {
-            self.out.write("\n");
-        }
+        let part = match self.printed {
+            true => Part::Later,
+            false => Part::Whole,
+        };
         self.printed = true;
         self.out
-            .table(self.header.clone(), std::mem::take(&mut self.rows));
+            .table_part(self.header.clone(), std::mem::take(&mut self.rows), part);
     }
 
     /// Prints the last rows (or, when there were none, the header alone).

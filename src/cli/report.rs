@@ -164,7 +164,7 @@ impl StepReport {
 pub fn emit(ctx: &Ctx, r: &StepReport) -> u8 {
     match ctx.format {
         Format::Json => ctx.out.json(r),
-        Format::Table | Format::Markdown => {
+        Format::Table | Format::Markdown | Format::Tsv => {
             // One line per report: a newline in the detail (it can quote stored text)
             // must not start a line that looks like another report.
             let line = dlq::sanitize::line(&format!("{}: {} ({})", r.id, r.outcome, r.detail))

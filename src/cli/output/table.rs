@@ -4,6 +4,7 @@
 //! wrapped mid-word); extras give way in the order the command gave. When even the kept
 //! columns do not fit, each record is shown vertically, one field a line (psql's `\x`).
 
+use super::super::Headers;
 use comfy_table::{presets, ContentArrangement, Table};
 
 /// What a column may give up when the table is too wide.
@@ -54,6 +55,7 @@ pub fn render(
     columns: &[Column],
     rows: &[Vec<String>],
     width: Option<usize>,
+    headers: Headers,
 ) -> Fitted {
     let natural: Vec<usize> = (0..columns.len())
         .map(|i| {
@@ -72,6 +74,7 @@ pub fn render(
                 rows,
                 &(0..columns.len()).collect::<Vec<_>>(),
                 &natural,
+                headers,
             ),
             left_out: Vec::new(),
             vertical: false,
@@ -91,7 +94,7 @@ pub fn render(
         };
     }
     Fitted {
-        text: draw(style, columns, rows, &kept, &widths),
+        text: draw(style, columns, rows, &kept, &widths, headers),
         left_out,
         vertical: false,
     }
@@ -161,11 +164,14 @@ fn draw(
     rows: &[Vec<String>],
     kept: &[usize],
     widths: &[usize],
+    headers: Headers,
 ) -> String {
     let mut t = Table::new();
     t.load_style(style)
         .set_content_arrangement(ContentArrangement::Disabled);
-    t.set_header(kept.iter().map(|&i| columns[i].name.clone()));
+    if headers == Headers::Shown {
+        t.set_header(kept.iter().map(|&i| columns[i].name.clone()));
+    }
     for r in rows {
         t.add_row(kept.iter().map(|&i| match columns[i].fit {
             Fit::Cut => cut(&r[i], widths[i]),

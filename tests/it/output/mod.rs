@@ -5,6 +5,7 @@ mod formats;
 mod help;
 mod markdown;
 mod pipes;
+mod scripts;
 mod show;
 mod snapshots;
 mod tables;
