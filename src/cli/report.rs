@@ -28,6 +28,10 @@ impl Spell for Commands {
             NextStep::ResolveNotDelivered { id } => format!("`dlq resolve {id} --not-delivered`"),
             NextStep::GiveTarget => "give --routing-key".into(),
             NextStep::ReleaseClaim => "`dlq release`".into(),
+            NextStep::CheckBinding => {
+                "check the queue's binding, or give --routing-key (and --exchange)".into()
+            }
+            NextStep::CheckExchange => "check the exchange's name, or give --exchange".into(),
         }
     }
 
