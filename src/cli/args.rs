@@ -32,6 +32,14 @@ pub enum Format {
     Tsv,
 }
 
+/// When to colour states and outcomes (`--color`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ColorWhen {
+    Auto,
+    Always,
+    Never,
+}
+
 /// Whether a table or TSV starts with its header line (`--no-headers`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Headers {
@@ -112,6 +120,16 @@ pub struct GlobalOpts {
     /// Leave out the header line of a table or TSV (for awk, cut, xargs)
     #[arg(long, global = true, env = "DLQ_NO_HEADERS", action = clap::ArgAction::SetTrue, value_parser = clap::builder::BoolishValueParser::new())]
     pub no_headers: bool,
+    /// Colour states and outcomes: auto (on a terminal, unless NO_COLOR is set), always, never
+    #[arg(
+        long,
+        global = true,
+        env = "DLQ_COLOR",
+        value_enum,
+        default_value = "auto",
+        hide_possible_values = true
+    )]
+    pub color: ColorWhen,
     /// How long to wait to connect to the database or the broker
     #[arg(long, global = true, env = "DLQ_CONNECT_TIMEOUT", default_value = "5s", value_parser = dlq::timeparse::duration_arg)]
     pub connect_timeout: Duration,

@@ -43,7 +43,8 @@ pub async fn run(ctx: &Ctx, args: ListArgs) -> Result<u8> {
         if terminal {
             ctx.out.clear_screen();
             say(&format!(
-                "every {}; Ctrl-C to stop",
+                "refreshed at {} UTC, every {}; Ctrl-C to stop",
+                chrono::Utc::now().format("%H:%M:%S"),
                 humantime::format_duration(every)
             ));
         }
@@ -78,7 +79,7 @@ fn columns(filters: &FilterArgs) -> Vec<Column> {
         Column::new("PRODUCER", Fit::Keep),
         Column::new("SCHEMA", schema),
         Column::new("ATTEMPTS", Fit::Drop(0)),
-        Column::new("STATE", Fit::Keep),
+        Column::new("STATE", Fit::Keep).painted(),
         Column::new("ERROR", Fit::Cut),
     ]
 }

@@ -46,7 +46,7 @@ use std::time::Duration;
 /// what the command was doing as context.
 pub type Result<T, E = anyhow::Error> = std::result::Result<T, E>;
 
-pub use args::{Cli, Command, Format, GlobalOpts, Headers};
+pub use args::{Cli, ColorWhen, Command, Format, GlobalOpts, Headers};
 use context::{pick_url_sources, warn_if_password_in_flag};
 pub use context::{warn_if_readable_by_others, Ctx};
 use logging::init_logging;
@@ -122,10 +122,11 @@ pub fn main() -> u8 {
         true => Headers::Left,
         false => Headers::Shown,
     };
+    let colour = output::pick_colour(cli.global.color, format);
     let ctx = Ctx {
         global: cli.global,
         format,
-        out: Out::new(format, headers),
+        out: Out::new(format, headers, colour),
         profile: applied,
     };
     let runtime = match tokio::runtime::Builder::new_current_thread()

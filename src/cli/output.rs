@@ -9,7 +9,7 @@
 //! exit 1. A closed pipe (`dlq list | head`) is not an error: the command ends at once and
 //! quietly; a plan run is stopped like Ctrl-C (see [`Out::stop_on_close`]).
 
-use super::{Format, Headers};
+use super::{ColorWhen, Format, Headers};
 mod body;
 mod pager;
 mod table;
@@ -22,6 +22,7 @@ use serde::Serialize;
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use table::Look;
 pub use table::{Column, Fit};
 
 /// Why stdout could not be written.
@@ -36,15 +37,17 @@ pub enum WriteFailure {
 pub struct Out {
     format: Format,
     headers: Headers,
+    colour: Colour,
     failure: Mutex<Option<WriteFailure>>,
     on_close: Mutex<Option<Arc<AtomicBool>>>,
 }
 
 impl Out {
-    pub fn new(format: Format, headers: Headers) -> Self {
+    pub fn new(format: Format, headers: Headers, colour: Colour) -> Self {
         Out {
             format,
             headers,
+            colour,
             failure: Mutex::new(None),
             on_close: Mutex::new(None),
         }
@@ -185,20 +188,20 @@ impl Out {
             self.write("\n");
         }
         let fitted = match markdown {
-            true => table::render(
-                presets::ASCII_MARKDOWN,
-                &columns,
-                &rows,
-                None,
-                Headers::Shown,
-            ),
-            false => table::render(
-                table::TERMINAL,
-                &columns,
-                &rows,
-                terminal_width(),
-                self.headers,
-            ),
+            true => {
+                let look = Look {
+                    headers: Headers::Shown,
+                    colour: Colour::Off,
+                };
+                table::render(presets::ASCII_MARKDOWN, &columns, &rows, None, look)
+            }
+            false => {
+                let look = Look {
+                    headers: self.headers,
+                    colour: self.colour,
+                };
+                table::render(table::TERMINAL, &columns, &rows, terminal_width(), look)
+            }
         };
         if !fitted.left_out.is_empty() {
             say(&format!(
@@ -218,6 +221,18 @@ impl Out {
             Part::Later => Headers::Left,
             Part::Whole => self.headers,
         }
+    }
+
+    /// A report's line, `ID: OUTCOME (DETAIL)`, each part escaped as a table cell is,
+    /// the outcome coloured on a terminal (see [`Colour`]).
+    pub fn report_line(&self, id: &str, outcome: &str, detail: &str) {
+        let outcome_text = sanitize::line(outcome);
+        let outcome_text = match (self.colour, table::ansi_of(outcome)) {
+            (Colour::On, Some(code)) => format!("\x1b[{code}m{outcome_text}\x1b[0m"),
+            _ => outcome_text.into_owned(),
+        };
+        let (id, detail) = (sanitize::line(id), sanitize::line(detail));
+        self.write(&format!("{id}: {outcome_text} ({detail})\n"));
     }
 
     /// One ID on its line (`-q`), escaped as a table cell is.
@@ -280,9 +295,7 @@ impl Out {
     /// `NO_COLOR`, nor in Markdown).
     pub fn diff(&self, lines: &[dlq::revise::diff::Line]) {
         use dlq::revise::diff::Line;
-        let colour = self.format == Format::Table
-            && std::io::IsTerminal::is_terminal(&std::io::stdout())
-            && std::env::var_os("NO_COLOR").is_none();
+        let colour = self.colour == Colour::On;
         let mut out = String::new();
         for l in lines {
             let (code, mark, text) = match l {
@@ -326,6 +339,36 @@ pub fn pick_format(asked: Option<Format>) -> Format {
         true => Format::Table,
         false => Format::Json,
     })
+}
+
+/// Whether stdout is coloured (states and outcomes in tables, diffs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Colour {
+    On,
+    Off,
+}
+
+/// `--color`: `auto` colours a table on a terminal unless `NO_COLOR` is set; never
+/// JSON, Markdown or TSV.
+pub fn pick_colour(when: ColorWhen, format: Format) -> Colour {
+    let on = format == Format::Table
+        && match when {
+            ColorWhen::Always => true,
+            ColorWhen::Never => false,
+            ColorWhen::Auto => {
+                std::io::IsTerminal::is_terminal(&std::io::stdout())
+                    && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+            }
+        };
+    match on {
+        true => {
+            // comfy-table styles through crossterm, which reads NO_COLOR itself: an
+            // explicit `--color always` wins.
+            crossterm::style::Colored::set_ansi_color_disabled(false);
+            Colour::On
+        }
+        false => Colour::Off,
+    }
 }
 
 /// `COLUMNS`, when set to a width: it wins over the terminal's (and sets one for output
@@ -542,6 +585,15 @@ pub fn say(line: &str) {
     use std::io::Write;
     let text = dlq::sanitize::line(&dlq::secret::scrub(line).replace('\n', " ")).into_owned();
     let _ = writeln!(std::io::stderr().lock(), "{text}");
+}
+
+/// Shows the cursor again and ends the line on stderr, when it is a terminal: a prompt
+/// cut short by Ctrl-C leaves the cursor hidden mid-line.
+pub fn restore_cursor() {
+    use std::io::{IsTerminal, Write};
+    if std::io::stderr().is_terminal() {
+        let _ = writeln!(std::io::stderr().lock(), "\x1b[?25h");
+    }
 }
 
 /// Several lines on stderr (a prompt's context), each as [`say`] writes one.

@@ -131,3 +131,25 @@ fn a_bulk_discard_prompt_names_producers_and_schema_versions() {
     assert!(r.stdout.contains("schema versions: 5 3"), "{}", r.stdout);
     assert_eq!(db.show("b1")["state"], "pending", "declined: {}", r.all());
 }
+
+/// Once broke: Ctrl-C at a prompt exited 130 without a word (issue 25, item 9).
+#[test]
+fn ctrl_c_at_a_prompt_says_nothing_was_changed() {
+    let db = TestDb::migrated(Backend::Sqlite);
+    db.add(letter("cc1", "orders", b"{}"));
+    let r = on_a_terminal(&db, &[], "replay cc1", "\x03");
+    assert_eq!(r.code, 130, "{}", r.all());
+    assert!(
+        r.stdout
+            .contains("interrupted at the prompt; nothing was changed"),
+        "{}",
+        r.all()
+    );
+    let s = db.show("cc1");
+    assert_eq!(s["state"], "pending");
+    assert_eq!(s["history"], serde_json::json!([]));
+    let r = on_a_terminal(&db, &[], "discard cc1 --note n", "\x03");
+    assert_eq!(r.code, 130, "{}", r.all());
+    assert!(r.stdout.contains("nothing was changed"), "{}", r.all());
+    assert_eq!(db.show("cc1")["state"], "pending");
+}
