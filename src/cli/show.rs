@@ -279,6 +279,7 @@ fn render_markdown(
     for (k, v) in fields(row, settling, revised_as) {
         out.push_str(&format!("| {} | {} |\n", k.trim_end_matches(':'), cell(&v)));
     }
+    out.push_str(&markdown_history(history));
     let headers = serde_json::to_string_pretty(&row.headers()).unwrap_or_default();
     out.push_str(&format!("\n#### Headers\n\n{}", fenced("json", &headers)));
     if body == Body::Shown {
@@ -287,6 +288,13 @@ fn render_markdown(
         let text = fenced(lang, shown.text.trim_end());
         out.push_str(&format!("\n#### Body\n\n{text}"));
     }
+    out
+}
+
+/// The history of `show -o markdown`, as a table.
+fn markdown_history(history: &[HistoryEntry]) -> String {
+    let cell = |v: &str| markdown_cell(v);
+    let mut out = String::new();
     out.push_str("\n#### History\n\n");
     if history.is_empty() {
         out.push_str("(none)\n");

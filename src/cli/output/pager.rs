@@ -34,6 +34,10 @@ pub fn wanted(lines: usize) -> Option<String> {
 /// Writes `text` through `pager` (a shell command line). `Err` when the pager cannot be
 /// started (the caller writes the text itself); a pager quit early is not an error.
 pub fn run(pager: &str, text: &str) -> std::io::Result<()> {
+    // Ctrl-C in the pager is the pager's (as git does): dlq must not die under it and
+    // hand the terminal back while the pager still reads it.
+    #[cfg(unix)]
+    let _ctrl_c = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt());
     let mut child = Command::new("sh")
         .args(["-c", pager])
         .stdin(Stdio::piped())
