@@ -46,6 +46,9 @@ pub enum DlqError {
     /// Anything else that prevents running: connection, configuration, I/O.
     #[error("{0}")]
     Other(String),
+    /// Ctrl-C or SIGTERM before anything was changed (at a prompt): exit 130.
+    #[error("{0}")]
+    Interrupted(String),
 }
 
 impl DlqError {
@@ -68,6 +71,7 @@ impl DlqError {
             | DlqError::Database(_)
             | DlqError::Io { .. }
             | DlqError::Other(_) => exit::ERROR,
+            DlqError::Interrupted(_) => exit::INTERRUPTED,
         }
     }
 }

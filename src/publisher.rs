@@ -10,7 +10,7 @@ pub use crate::broker::connect::{
     ConnectOptions, TlsFiles,
 };
 pub use crate::broker::publish::{
-    OutgoingMessage, PublishResult, Publisher, PublisherOptions, Sent, Target,
+    Judged, Nowhere, OutgoingMessage, PublishResult, Publisher, PublisherOptions, Sent, Target,
 };
 pub use crate::broker::run::{unless_stopped, Broker, NoConnection, Turn};
 pub use crate::rate::Pacer;

@@ -8,7 +8,8 @@
 //! is the part the contract is about, and it needs no socket code to read.
 
 use super::codec::DEAD_LETTER_ID_HEADER;
-use super::publish::{PublishResult, Publisher, Sent, Target};
+use super::publish::{Judged, Nowhere, PublishResult, Publisher, Sent, Target};
+use super::reply::is_not_found;
 use crate::secret::scrub;
 use crate::topology::BrokerTopology;
 use futures_util::FutureExt;
@@ -25,7 +26,14 @@ enum Waited {
     Confirmation(Box<Confirmation>),
     /// No answer by the deadline, or interrupted: the future is kept to look at once more.
     Open(std::pin::Pin<Box<PublisherConfirm>>, &'static str),
-    Lost(String),
+    /// The channel or connection closed; `Some` when the broker said the exchange is missing.
+    Lost(String, Option<Nowhere>),
+}
+
+/// The error of a lost confirm, and whether it was the broker's 404 (no such exchange).
+fn lost(e: &lapin::Error) -> Waited {
+    let nowhere = is_not_found(e).then_some(Nowhere::NoExchange);
+    Waited::Lost(scrub(&e.to_string()), nowhere)
 }
 
 impl Publisher {
@@ -35,7 +43,7 @@ impl Publisher {
     /// whichever confirm completes next, not to the message it belongs to. Every
     /// publish on this channel must be in one call, so that no return can land on a
     /// confirm outside it; after an unanswered confirm the channel is not used again.
-    pub async fn settle(&self, sent: Vec<Sent>, stop: &AtomicBool) -> Vec<(String, PublishResult)> {
+    pub async fn settle(&self, sent: Vec<Sent>, stop: &AtomicBool) -> Vec<Judged> {
         let mut waited = Vec::with_capacity(sent.len());
         for s in sent {
             let w = match s.confirm {
@@ -43,7 +51,7 @@ impl Publisher {
                 Ok(mut confirm) => {
                     match until_deadline_or_stop(&mut confirm, s.deadline, stop).await {
                         Some(Ok(c)) => Waited::Confirmation(Box::new(c)),
-                        Some(Err(e)) => Waited::Lost(scrub(&e.to_string())),
+                        Some(Err(e)) => lost(&e),
                         None if stop.load(Ordering::SeqCst) => Waited::Open(confirm, "interrupted"),
                         None => Waited::Open(confirm, "timeout"),
                     }
@@ -57,7 +65,7 @@ impl Publisher {
                 if let Some(r) = confirm.as_mut().now_or_never() {
                     *w = match r {
                         Ok(c) => Waited::Confirmation(Box::new(c)),
-                        Err(e) => Waited::Lost(scrub(&e.to_string())),
+                        Err(e) => lost(&e),
                     };
                 }
             }
@@ -73,7 +81,7 @@ impl Publisher {
                     match dead_letter_id(&ret) {
                         Some(id) => {
                             let why = format!("{} {}", ret.reply_code, ret.reply_text);
-                            returned.insert(id, why);
+                            returned.insert(id, (why, ret.reply_code));
                         }
                         None => unmatched += 1,
                     }
@@ -82,18 +90,30 @@ impl Publisher {
         }
         if waited
             .iter()
-            .any(|(_, _, w)| matches!(w, Waited::Open(..) | Waited::Lost(_)))
+            .any(|(_, _, w)| matches!(w, Waited::Open(..) | Waited::Lost(..)))
         {
             self.poisoned.store(true, Ordering::SeqCst);
         }
-        let results: Vec<(String, PublishResult)> = waited
+        let results: Vec<Judged> = waited
             .into_iter()
             .map(|(id, target, w)| {
-                let result = self.judge(&target, w, returned.get(&id), unmatched);
-                (id, result)
+                let back = returned.get(&id);
+                let nowhere = match (&w, back) {
+                    (Waited::Known(_), _) => None,
+                    (_, Some((_, 312))) => Some(Nowhere::NoRoute),
+                    (Waited::Lost(_, n), None) => *n,
+                    _ => None,
+                };
+                let result = self.judge(&target, w, back.map(|(why, _)| why), unmatched);
+                Judged {
+                    id,
+                    target,
+                    result,
+                    nowhere,
+                }
             })
             .collect();
-        let count = |f: fn(&PublishResult) -> bool| results.iter().filter(|r| f(&r.1)).count();
+        let count = |f: fn(&PublishResult) -> bool| results.iter().filter(|r| f(&r.result)).count();
         tracing::debug!(
             "published {}: {} confirmed, {} failed, {} uncertain",
             results.len(),
@@ -120,7 +140,7 @@ impl Publisher {
             (Waited::Known(r), _) => return r,
             (_, Some(why)) => {
                 return PublishResult::Failed(format!(
-                    "the broker returned it as unroutable: {why} (no queue is bound for this exchange and routing key)"
+                    "the broker returned it as unroutable: {why}"
                 ))
             }
             (Waited::Open(_, "interrupted"), None) => return PublishResult::Uncertain(
@@ -132,7 +152,7 @@ impl Publisher {
                     humantime::format_duration(self.opts.confirm_timeout)
                 ))
             }
-            (Waited::Lost(e), None) => return PublishResult::Uncertain(format!(
+            (Waited::Lost(e, _), None) => return PublishResult::Uncertain(format!(
                 "the connection to {host} was lost after publishing and before the confirm ({e}): the message may or may not have been published"
             )),
             (Waited::Confirmation(c), None) => *c,

@@ -83,6 +83,25 @@ impl OutgoingMessage<'_> {
 }
 
 /// A publish handed to the broker, its confirm not yet awaited.
+/// Where a publish found nowhere to go, as the broker's reply code said.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Nowhere {
+    /// 312 NO_ROUTE: returned, no queue bound for the routing key on the exchange.
+    NoRoute,
+    /// 404 NOT_FOUND: the exchange does not exist in the vhost.
+    NoExchange,
+}
+
+/// One publish as judged, and where it was sent.
+#[derive(Debug, Clone)]
+pub struct Judged {
+    pub id: String,
+    pub target: Target,
+    pub result: PublishResult,
+    /// When the broker said the target leads nowhere.
+    pub nowhere: Option<Nowhere>,
+}
+
 pub struct Sent {
     pub id: String,
     pub(super) target: Target,

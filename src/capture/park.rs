@@ -80,7 +80,7 @@ pub(super) async fn park_one(
     let settled = publisher
         .settle(vec![sent], &std::sync::atomic::AtomicBool::new(false))
         .await;
-    let e = match settled.into_iter().next().map(|(_, r)| r) {
+    let e = match settled.into_iter().next().map(|s| s.result) {
         Some(PublishResult::Confirmed) => return Ok(()),
         Some(
             PublishResult::Failed(e) | PublishResult::Uncertain(e) | PublishResult::Stalled(e),

@@ -93,11 +93,16 @@ pub async fn run(ctx: &Ctx, args: AggregateArgs) -> Result<u8> {
                 .collect();
             ctx.out.json(&rows);
         }
-        Format::Table | Format::Markdown => {
+        Format::Table | Format::Markdown | Format::Tsv => {
             let mut header = columns(&args.by.0);
             // Over time, a bar per bucket shows a burst at a glance; the table then runs
             // in time order (JSON keeps the contract's largest-first order).
-            let chart = args.by.0.len() == 1 && args.by.0[0].is_time();
+            let chart = args.by.0.len() == 1 && args.by.0[0].is_time() && !ctx.out.is_tsv();
+            // TSV is for awk: plain numbers.
+            let num = |n: i64| match ctx.out.is_tsv() {
+                true => n.to_string(),
+                false => thousands(n),
+            };
             let max = groups.iter().map(|g| g.count).max().unwrap_or(1).max(1);
             let mut shown: Vec<&Group> = groups.iter().collect();
             if chart {
@@ -112,12 +117,12 @@ pub async fn run(ctx: &Ctx, args: AggregateArgs) -> Result<u8> {
                 .map(|g| {
                     let mut r: Vec<String> = g.keys.iter().map(|(_, k)| key_text(k)).collect();
                     r.extend([
-                        thousands(g.count),
-                        thousands(g.pending),
-                        thousands(g.claimed),
-                        thousands(g.uncertain),
-                        thousands(g.replayed),
-                        thousands(g.discarded),
+                        num(g.count),
+                        num(g.pending),
+                        num(g.claimed),
+                        num(g.uncertain),
+                        num(g.replayed),
+                        num(g.discarded),
                         time_or(g.first_seen, "-"),
                         time_or(g.last_seen, "-"),
                     ]);

@@ -41,9 +41,27 @@ pub fn command() -> clap::Command {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum Format {
+    // (No doc comments here: clap would turn every `--help` into its long layout.)
     Table,
     Json,
     Markdown,
+    // Tab-separated lines for awk and cut (list, aggregate); other commands print as table.
+    Tsv,
+}
+
+/// When to colour states and outcomes (`--color`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ColorWhen {
+    Auto,
+    Always,
+    Never,
+}
+
+/// Whether a table or TSV starts with its header line (`--no-headers`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Headers {
+    Shown,
+    Left,
 }
 
 /// Options every command takes; `--help` lists them under their own heading, after the
@@ -127,6 +145,20 @@ pub struct GlobalOpts {
     /// [default: table on a terminal, otherwise json]
     #[arg(short = 'o', long, global = true, env = "DLQ_OUTPUT", value_enum)]
     pub output: Option<Format>,
+    /// Leave out the header line of a table or TSV (for awk, cut, xargs)
+    #[arg(long, global = true, hide_short_help = true, env = "DLQ_NO_HEADERS", action = clap::ArgAction::SetTrue, value_parser = clap::builder::BoolishValueParser::new())]
+    pub no_headers: bool,
+    /// Colour states and outcomes: auto (on a terminal, unless NO_COLOR is set), always, never
+    #[arg(
+        long,
+        global = true,
+        hide_short_help = true,
+        env = "DLQ_COLOR",
+        value_enum,
+        default_value = "auto",
+        hide_possible_values = true
+    )]
+    pub color: ColorWhen,
     /// How long to wait to connect to the database or the broker
     #[arg(long, global = true, hide_short_help = true, env = "DLQ_CONNECT_TIMEOUT", default_value = "5s", value_parser = dlq::timeparse::duration_arg)]
     pub connect_timeout: Duration,

@@ -20,6 +20,9 @@ pub struct ListArgs {
     /// Refresh every INTERVAL (default 2s) until Ctrl-C
     #[arg(long, value_name = "INTERVAL", num_args = 0..=1, default_missing_value = "2s", value_parser = dlq::timeparse::duration_arg)]
     pub watch: Option<std::time::Duration>,
+    /// Print the IDs only, one per line, whatever `-o` says (for `| xargs -n1 dlq show`)
+    #[arg(short, long, conflicts_with = "watch")]
+    pub quiet: bool,
 }
 
 pub async fn run(ctx: &Ctx, args: ListArgs) -> Result<u8> {
@@ -40,7 +43,8 @@ pub async fn run(ctx: &Ctx, args: ListArgs) -> Result<u8> {
         if terminal {
             ctx.out.clear_screen();
             say(&format!(
-                "every {}; Ctrl-C to stop",
+                "refreshed at {} UTC, every {}; Ctrl-C to stop",
+                chrono::Utc::now().format("%H:%M:%S"),
                 humantime::format_duration(every)
             ));
         }
@@ -75,9 +79,17 @@ fn columns(filters: &FilterArgs) -> Vec<Column> {
         Column::new("PRODUCER", Fit::Keep),
         Column::new("SCHEMA", schema),
         Column::new("ATTEMPTS", Fit::Drop(0)),
-        Column::new("STATE", Fit::Keep),
+        Column::new("STATE", Fit::Keep).painted(),
         Column::new("ERROR", Fit::Cut),
     ]
+}
+
+/// The error as a table shows it (cut at 200 characters) or TSV (whole, on one line).
+fn error_cell(ctx: &Ctx, error: &str) -> String {
+    match ctx.out.is_tsv() {
+        true => error.to_string(),
+        false => truncate(error, 200),
+    }
 }
 
 /// Counting stops here unless `--count` asks: on a flood, an exact count costs far more
@@ -89,6 +101,14 @@ const COUNT_CAP: i64 = 10_000;
 async fn render(ctx: &Ctx, store: &dyn dlq::store::Store, args: &ListArgs) -> Result<()> {
     let filter = args.filters.resolve(store).await?;
     let shown = match ctx.format {
+        _ if args.quiet => {
+            store
+                .list_each(&filter, args.limit, &mut |r| {
+                    ctx.out.id_line(&r.id);
+                    ctx.out.check()
+                })
+                .await
+        }
         Format::Json => {
             let mut rows = ctx.out.json_array(args.watch.is_none());
             let shown = store
@@ -104,7 +124,7 @@ async fn render(ctx: &Ctx, store: &dyn dlq::store::Store, args: &ListArgs) -> Re
             }
             shown
         }
-        Format::Table | Format::Markdown => {
+        Format::Table | Format::Markdown | Format::Tsv => {
             let header = columns(&args.filters);
             let mut table = ctx.out.table_chunks(header);
             let shown = store
@@ -117,7 +137,7 @@ async fn render(ctx: &Ctx, store: &dyn dlq::store::Store, args: &ListArgs) -> Re
                         opt(&r.schema_version),
                         r.attempts.to_string(),
                         r.state.as_str().to_string(),
-                        truncate(r.error.as_deref().unwrap_or(""), 200),
+                        error_cell(ctx, r.error.as_deref().unwrap_or("")),
                     ]);
                     ctx.out.check()
                 })
@@ -145,7 +165,7 @@ async fn render(ctx: &Ctx, store: &dyn dlq::store::Store, args: &ListArgs) -> Re
             ));
         }
     } else if shown == 0 {
-        if ctx.format != Format::Json {
+        if ctx.format != Format::Json || args.quiet {
             say("no dead letters match");
         }
         args.filters.hint_unmatched(store).await;

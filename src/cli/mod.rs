@@ -47,7 +47,7 @@ use std::time::Duration;
 /// what the command was doing as context.
 pub type Result<T, E = anyhow::Error> = std::result::Result<T, E>;
 
-pub use args::{Cli, Command, Format, GlobalOpts};
+pub use args::{Cli, ColorWhen, Command, Format, GlobalOpts, Headers};
 use context::{pick_url_sources, warn_if_password_in_flag};
 pub use context::{warn_if_readable_by_others, Ctx};
 use logging::init_logging;
@@ -119,10 +119,15 @@ pub fn main() -> u8 {
     );
     init_logging(cli.global.verbose);
     let format = output::pick_format(cli.global.output);
+    let headers = match cli.global.no_headers {
+        true => Headers::Left,
+        false => Headers::Shown,
+    };
+    let colour = output::pick_colour(cli.global.color, format);
     let ctx = Ctx {
         global: cli.global,
         format,
-        out: Out::new(format),
+        out: Out::new(format, headers, colour),
         profile: applied,
         opened: Default::default(),
     };

@@ -9,9 +9,12 @@
 //! exit 1. A closed pipe (`dlq list | head`) is not an error: the command ends at once and
 //! quietly; a plan run is stopped like Ctrl-C (see [`Out::stop_on_close`]).
 
-use super::Format;
+use super::{ColorWhen, Format, Headers};
+mod body;
+mod pager;
 mod table;
 
+pub use body::render_body;
 use comfy_table::presets;
 use dlq::error::{DlqError, Result};
 use dlq::sanitize;
@@ -19,6 +22,7 @@ use serde::Serialize;
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use table::Look;
 pub use table::{Column, Fit};
 
 /// Why stdout could not be written.
@@ -32,14 +36,18 @@ pub enum WriteFailure {
 
 pub struct Out {
     format: Format,
+    headers: Headers,
+    colour: Colour,
     failure: Mutex<Option<WriteFailure>>,
     on_close: Mutex<Option<Arc<AtomicBool>>>,
 }
 
 impl Out {
-    pub fn new(format: Format) -> Self {
+    pub fn new(format: Format, headers: Headers, colour: Colour) -> Self {
         Out {
             format,
+            headers,
+            colour,
             failure: Mutex::new(None),
             on_close: Mutex::new(None),
         }
@@ -95,19 +103,7 @@ impl Out {
     }
 
     fn write(&self, text: &str) {
-        if self.failure().is_some() {
-            return;
-        }
-        let mut stdout = std::io::stdout().lock();
-        let written = stdout
-            .write_all(text.as_bytes())
-            .and_then(|()| stdout.flush());
-        if let Err(e) = written {
-            self.fail(match e.kind() {
-                std::io::ErrorKind::BrokenPipe => WriteFailure::Closed,
-                _ => WriteFailure::Failed(e.to_string()),
-            });
-        }
+        self.bytes(text.as_bytes());
     }
 
     /// A whole JSON document, pretty-printed, serialized straight into stdout: a dead
@@ -163,11 +159,15 @@ impl Out {
         }
     }
 
-    /// A table with a header row, as a terminal table or as Markdown. Every cell is
-    /// shown on one line with its control characters escaped. On a terminal (or with
-    /// `COLUMNS` set) the table fits its width as each column's [`Fit`] allows (see
-    /// [`table`]); what is left out, or a vertical layout, is said on stderr.
+    /// A table with a header row, as a terminal table, as Markdown or as TSV. Every cell
+    /// is shown on one line with its control characters (tabs too) escaped. On a terminal
+    /// (or with `COLUMNS` set) the table fits its width as each column's [`Fit`] allows
+    /// (see [`table`]); what is left out, or a vertical layout, is said on stderr.
     pub fn table(&self, columns: Vec<Column>, rows: Vec<Vec<String>>) {
+        self.table_part(columns, rows, Part::Whole);
+    }
+
+    fn table_part(&self, columns: Vec<Column>, rows: Vec<Vec<String>>, part: Part) {
         let markdown = self.format == Format::Markdown;
         let cell = |s: &String| match markdown {
             true => sanitize::markdown_cell(s),
@@ -181,9 +181,27 @@ impl Out {
             })
             .collect();
         let rows: Vec<Vec<String>> = rows.iter().map(|r| r.iter().map(cell).collect()).collect();
+        if self.format == Format::Tsv {
+            return self.write(&tsv(&columns, &rows, self.headers_of(part)));
+        }
+        if part == Part::Later {
+            self.write("\n");
+        }
         let fitted = match markdown {
-            true => table::render(presets::ASCII_MARKDOWN, &columns, &rows, None),
-            false => table::render(table::TERMINAL, &columns, &rows, terminal_width()),
+            true => {
+                let look = Look {
+                    headers: Headers::Shown,
+                    colour: Colour::Off,
+                };
+                table::render(presets::ASCII_MARKDOWN, &columns, &rows, None, look)
+            }
+            false => {
+                let look = Look {
+                    headers: self.headers,
+                    colour: self.colour,
+                };
+                table::render(table::TERMINAL, &columns, &rows, terminal_width(), look)
+            }
         };
         if !fitted.left_out.is_empty() {
             say(&format!(
@@ -195,6 +213,36 @@ impl Out {
             say("narrow terminal: one field a line (widen it, or use -o json)");
         }
         self.write(&format!("{}\n", fitted.text));
+    }
+
+    /// A TSV's header line goes before its first rows only.
+    fn headers_of(&self, part: Part) -> Headers {
+        match part {
+            Part::Later => Headers::Left,
+            Part::Whole => self.headers,
+        }
+    }
+
+    /// A report's line, `ID: OUTCOME (DETAIL)`, each part escaped as a table cell is,
+    /// the outcome coloured on a terminal (see [`Colour`]).
+    pub fn report_line(&self, id: &str, outcome: &str, detail: &str) {
+        let outcome_text = sanitize::line(outcome);
+        let outcome_text = match (self.colour, table::ansi_of(outcome)) {
+            (Colour::On, Some(code)) => format!("\x1b[{code}m{outcome_text}\x1b[0m"),
+            _ => outcome_text.into_owned(),
+        };
+        let (id, detail) = (sanitize::line(id), sanitize::line(detail));
+        self.write(&format!("{id}: {outcome_text} ({detail})\n"));
+    }
+
+    /// One ID on its line (`-q`), escaped as a table cell is.
+    pub fn id_line(&self, id: &str) {
+        self.write(&format!("{}\n", sanitize::line(id)));
+    }
+
+    /// Whether stdout carries TSV (`-o tsv`): numbers unformatted, text uncut.
+    pub fn is_tsv(&self) -> bool {
+        self.format == Format::Tsv
     }
 
     /// Whether a progress bar goes on stderr: for people (not with `-o json`), on a
@@ -213,14 +261,41 @@ impl Out {
         self.write(&sanitize::block(text));
     }
 
+    /// Plain text as [`Out::text`] writes it, through the pager when stdout is a terminal
+    /// and the text is longer than the screen (see [`pager`]).
+    pub fn paged(&self, text: &str) {
+        let text = sanitize::block(text);
+        let Some(pager) = pager::wanted(text.lines().count()) else {
+            return self.write(&text);
+        };
+        if let Err(e) = pager::run(&pager, &text) {
+            say(&format!(
+                "dlq: cannot start the pager {pager:?} ({e}); writing to stdout"
+            ));
+            self.write(&text);
+        }
+    }
+
+    /// Bytes exactly as given (`show --body-only`: a body to a file).
+    pub fn bytes(&self, bytes: &[u8]) {
+        if self.failure().is_some() {
+            return;
+        }
+        let mut stdout = std::io::stdout().lock();
+        if let Err(e) = stdout.write_all(bytes).and_then(|()| stdout.flush()) {
+            self.fail(match e.kind() {
+                std::io::ErrorKind::BrokenPipe => WriteFailure::Closed,
+                _ => WriteFailure::Failed(e.to_string()),
+            });
+        }
+    }
+
     /// A unified diff view (`dlq diff`, `edit --dry-run`): each line's text escaped as
     /// any untrusted text, coloured as `git diff` colours it on a terminal (not with
     /// `NO_COLOR`, nor in Markdown).
     pub fn diff(&self, lines: &[dlq::revise::diff::Line]) {
         use dlq::revise::diff::Line;
-        let colour = self.format == Format::Table
-            && std::io::IsTerminal::is_terminal(&std::io::stdout())
-            && std::env::var_os("NO_COLOR").is_none();
+        let colour = self.colour == Colour::On;
         let mut out = String::new();
         for l in lines {
             let (code, mark, text) = match l {
@@ -264,6 +339,36 @@ pub fn pick_format(asked: Option<Format>) -> Format {
         true => Format::Table,
         false => Format::Json,
     })
+}
+
+/// Whether stdout is coloured (states and outcomes in tables, diffs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Colour {
+    On,
+    Off,
+}
+
+/// `--color`: `auto` colours a table on a terminal unless `NO_COLOR` is set; never
+/// JSON, Markdown or TSV.
+pub fn pick_colour(when: ColorWhen, format: Format) -> Colour {
+    let on = format == Format::Table
+        && match when {
+            ColorWhen::Always => true,
+            ColorWhen::Never => false,
+            ColorWhen::Auto => {
+                std::io::IsTerminal::is_terminal(&std::io::stdout())
+                    && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+            }
+        };
+    match on {
+        true => {
+            // comfy-table styles through crossterm, which reads NO_COLOR itself: an
+            // explicit `--color always` wins.
+            crossterm::style::Colored::set_ansi_color_disabled(false);
+            Colour::On
+        }
+        false => Colour::Off,
+    }
 }
 
 /// `COLUMNS`, when set to a width: it wins over the terminal's (and sets one for output
@@ -333,6 +438,29 @@ impl JsonArray<'_> {
     }
 }
 
+/// Which part of a listing a table is: the first (or only) one, or one after it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Part {
+    Whole,
+    Later,
+}
+
+/// Tab-separated lines: the header line (unless left out), then a line per row. Cells
+/// are already one line with tabs escaped, so a tab only ever separates.
+fn tsv(columns: &[Column], rows: &[Vec<String>], headers: Headers) -> String {
+    let mut out = String::new();
+    if headers == Headers::Shown {
+        let names: Vec<&str> = columns.iter().map(|c| c.name.as_str()).collect();
+        out.push_str(&names.join("\t"));
+        out.push('\n');
+    }
+    for r in rows {
+        out.push_str(&r.join("\t"));
+        out.push('\n');
+    }
+    out
+}
+
 /// Rows per table of [`Out::table_chunks`].
 pub const TABLE_CHUNK: usize = 1000;
 
@@ -353,12 +481,13 @@ impl TableChunks<'_> {
     }
 
     fn print(&mut self) {
-        if self.printed {
-            self.out.write("\n");
-        }
+        let part = match self.printed {
+            true => Part::Later,
+            false => Part::Whole,
+        };
         self.printed = true;
         self.out
-            .table(self.header.clone(), std::mem::take(&mut self.rows));
+            .table_part(self.header.clone(), std::mem::take(&mut self.rows), part);
     }
 
     /// Prints the last rows (or, when there were none, the header alone).
@@ -450,60 +579,21 @@ impl Serialize for Base64<'_> {
     }
 }
 
-/// Bodies larger than this are cut in the table view (JSON always carries all of it).
-pub const MAX_SHOWN_BODY: usize = 64 * 1024;
-
-/// Pretty JSON when the body is JSON, text when UTF-8, else a hex dump; cut when large.
-pub fn render_body(body: &[u8]) -> String {
-    let shown = &body[..body.len().min(MAX_SHOWN_BODY)];
-    let cut = body.len() > MAX_SHOWN_BODY;
-    let note = if cut {
-        format!(
-            "\n… {} more bytes not shown (use -o json for the whole body)\n",
-            body.len() - MAX_SHOWN_BODY
-        )
-    } else {
-        String::new()
-    };
-    if let Ok(text) = std::str::from_utf8(body) {
-        if !cut {
-            if let Ok(v) = serde_json::from_str::<serde_json::Value>(text) {
-                return format!("{}\n", serde_json::to_string_pretty(&v).unwrap_or_default());
-            }
-        }
-        let shown_text = String::from_utf8_lossy(shown);
-        return format!("{shown_text}\n{note}");
-    }
-    let mut out = String::from("(not UTF-8; hex dump)\n");
-    for (i, chunk) in shown.chunks(16).enumerate() {
-        let hex: Vec<String> = chunk.iter().map(|b| format!("{b:02x}")).collect();
-        let ascii: String = chunk
-            .iter()
-            .map(|b| {
-                if b.is_ascii_graphic() || *b == b' ' {
-                    *b as char
-                } else {
-                    '.'
-                }
-            })
-            .collect();
-        out.push_str(&format!(
-            "{:08x}  {:<48} |{}|\n",
-            i * 16,
-            hex.join(" "),
-            ascii
-        ));
-    }
-    out.push_str(&note);
-    out
-}
-
 /// One line on stderr, scrubbed of secrets and with control characters escaped. A failed
 /// write to stderr is ignored: there is nowhere left to report it.
 pub fn say(line: &str) {
     use std::io::Write;
     let text = dlq::sanitize::line(&dlq::secret::scrub(line).replace('\n', " ")).into_owned();
     let _ = writeln!(std::io::stderr().lock(), "{text}");
+}
+
+/// Shows the cursor again and ends the line on stderr, when it is a terminal: a prompt
+/// cut short by Ctrl-C leaves the cursor hidden mid-line.
+pub fn restore_cursor() {
+    use std::io::{IsTerminal, Write};
+    if std::io::stderr().is_terminal() {
+        let _ = writeln!(std::io::stderr().lock(), "\x1b[?25h");
+    }
 }
 
 /// Several lines on stderr (a prompt's context), each as [`say`] writes one.

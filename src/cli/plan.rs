@@ -1,4 +1,5 @@
-//! `dlq plan`: freezes a reviewed, homogeneous selection as JSON on stdout.
+//! `dlq plan`: freezes a reviewed, homogeneous selection as JSON on stdout (`-q`: its
+//! IDs alone, one per line, to look at before the plan is made for real).
 
 use super::filters::FilterArgs;
 use super::output::say;
@@ -30,6 +31,9 @@ pub struct PlanArgs {
     /// Accept a selection that mixes reasons, producers or schema versions
     #[arg(long)]
     pub allow_mixed: bool,
+    /// Print the selected IDs only, one per line, instead of the plan
+    #[arg(short, long)]
+    pub quiet: bool,
 }
 
 pub async fn run(ctx: &Ctx, args: PlanArgs) -> Result<u8> {
@@ -63,6 +67,11 @@ pub async fn run(ctx: &Ctx, args: PlanArgs) -> Result<u8> {
         }
     };
     store.close().await;
+    if args.quiet {
+        plan.items.iter().for_each(|i| ctx.out.id_line(&i.id));
+        ctx.out.check()?;
+        return Ok(dlq::exit::OK);
+    }
     ctx.out.json(&plan);
     ctx.out.check()?;
     let matched = plan.matched.unwrap_or(plan.count);

@@ -41,12 +41,33 @@ pub fn watch_signals_counted() -> (Arc<AtomicBool>, Arc<AtomicUsize>) {
     (flag, count)
 }
 
+/// What Ctrl-C at a prompt ends with (exit 130): nothing has been claimed or written yet.
+fn interrupted_at_prompt() -> DlqError {
+    super::output::restore_cursor();
+    DlqError::Interrupted("interrupted at the prompt; nothing was changed".into())
+}
+
 /// Asks on the terminal; defaults to No. On a production profile the operator must type
-/// the profile's name instead of answering y.
+/// the profile's name instead of answering y. Ctrl-C (a signal, or the key read in raw
+/// mode) is [`DlqError::Interrupted`].
 pub async fn confirm(ctx: &Ctx, prompt: &str) -> Result<bool> {
+    let asked = ask(ctx, prompt);
+    let answer = tokio::select! {
+        a = asked => a,
+        _ = tokio::signal::ctrl_c() => return Err(interrupted_at_prompt()),
+    };
+    match answer {
+        Err(dialoguer::Error::IO(e)) if e.kind() == std::io::ErrorKind::Interrupted => {
+            Err(interrupted_at_prompt())
+        }
+        a => a.map_err(|e| DlqError::other(format!("prompt failed: {e}"))),
+    }
+}
+
+async fn ask(ctx: &Ctx, prompt: &str) -> std::result::Result<bool, dialoguer::Error> {
     let prompt = prompt.to_string();
     let production = ctx.profile.production.clone();
-    tokio::task::spawn_blocking(move || match production {
+    let asked = tokio::task::spawn_blocking(move || match production {
         Some(name) => dialoguer::Input::<String>::new()
             .with_prompt(format!(
                 "{prompt} This is the PRODUCTION profile: type its name ({name}) to go on"
@@ -58,10 +79,10 @@ pub async fn confirm(ctx: &Ctx, prompt: &str) -> Result<bool> {
             .with_prompt(prompt)
             .default(false)
             .interact(),
-    })
-    .await
-    .map_err(|e| DlqError::other(format!("prompt failed: {e}")))?
-    .map_err(|e| DlqError::other(format!("prompt failed: {e}")))
+    });
+    asked
+        .await
+        .map_err(|e| dialoguer::Error::IO(std::io::Error::other(e.to_string())))?
 }
 
 pub fn require_consent(ctx: &Ctx, yes: bool, what: &str) -> Result<bool> {

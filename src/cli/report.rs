@@ -28,6 +28,10 @@ impl Spell for Commands {
             NextStep::ResolveNotDelivered { id } => format!("`dlq resolve {id} --not-delivered`"),
             NextStep::GiveTarget => "give --routing-key".into(),
             NextStep::ReleaseClaim => "`dlq release`".into(),
+            NextStep::CheckBinding => {
+                "check the queue's binding, or give --routing-key (and --exchange)".into()
+            }
+            NextStep::CheckExchange => "check the exchange's name, or give --exchange".into(),
         }
     }
 
@@ -164,12 +168,12 @@ impl StepReport {
 pub fn emit(ctx: &Ctx, r: &StepReport) -> u8 {
     match ctx.format {
         Format::Json => ctx.out.json(r),
-        Format::Table | Format::Markdown => {
+        Format::Table | Format::Markdown | Format::Tsv => {
             // One line per report: a newline in the detail (it can quote stored text)
             // must not start a line that looks like another report.
-            let line = dlq::sanitize::line(&format!("{}: {} ({})", r.id, r.outcome, r.detail))
-                .into_owned();
-            let mut s = format!("{line}\n");
+            ctx.out
+                .report_line(&r.id, &r.outcome.to_string(), &r.detail);
+            let mut s = String::new();
             if let Some(t) = &r.token {
                 s.push_str(&format!("token:      {t}\n"));
             }
@@ -187,7 +191,9 @@ pub fn emit_item(ctx: &Ctx, r: &ItemReport) -> u8 {
     let view = ItemView::of(r);
     match ctx.format {
         Format::Json => ctx.out.json(&view),
-        _ => ctx.out.text(&format!("{}\n", view.line())),
+        _ => ctx
+            .out
+            .report_line(view.id, &view.outcome.to_string(), &view.detail),
     }
     r.outcome.exit_code()
 }

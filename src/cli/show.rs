@@ -1,6 +1,9 @@
-//! `dlq show ID`: everything about one dead letter.
+//! `dlq show ID`: everything about one dead letter. The table view puts what identifies
+//! it (ID, state, SHA-256, sizes) and its history first and the body last, so a large
+//! body never scrolls them away; a view longer than the screen goes through the pager.
+//! `--body-only` writes the stored bytes alone, for `> FILE`.
 
-use super::output::{opt, render_body, time, time_or, Base64, MAX_SHOWN_BODY, UNREADABLE};
+use super::output::{opt, render_body, time, time_or, Base64, UNREADABLE};
 use super::report::{emit, StepReport};
 use super::Result;
 use super::{Ctx, Format};
@@ -13,6 +16,19 @@ use serde::Serialize;
 pub struct ShowArgs {
     /// The dead-letter ID
     pub id: String,
+    /// Leave the body out of the table and Markdown views (`-o json` always carries it)
+    #[arg(long, conflicts_with = "body_only")]
+    pub no_body: bool,
+    /// Write the body's exact bytes to stdout and nothing else, whatever `-o` says (for `> FILE`)
+    #[arg(long, visible_alias = "raw")]
+    pub body_only: bool,
+}
+
+/// Which parts of the record the table and Markdown views print.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Body {
+    Shown,
+    Left,
 }
 
 #[derive(Serialize)]
@@ -61,6 +77,14 @@ pub async fn run(ctx: &Ctx, args: ShowArgs) -> Result<u8> {
     let revised_as = revised_as.first().map(String::as_str);
     let settling = row.summary.settling(row.db_now);
     store.close().await;
+    if args.body_only {
+        ctx.out.bytes(&row.body);
+        return Ok(dlq::exit::OK);
+    }
+    let body = match args.no_body {
+        true => Body::Left,
+        false => Body::Shown,
+    };
     match ctx.format {
         Format::Json => ctx.out.json(&ShowJson {
             summary: &row.summary,
@@ -74,10 +98,12 @@ pub async fn run(ctx: &Ctx, args: ShowArgs) -> Result<u8> {
             revised_as,
             history: &history,
         }),
-        Format::Table => ctx.out.text(&render(&row, settling, revised_as, &history)),
+        Format::Table | Format::Tsv => ctx
+            .out
+            .paged(&render(&row, settling, revised_as, &history, body)),
         Format::Markdown => ctx
             .out
-            .text(&render_markdown(&row, settling, revised_as, &history)),
+            .text(&render_markdown(&row, settling, revised_as, &history, body)),
     }
     Ok(dlq::exit::OK)
 }
@@ -93,6 +119,9 @@ fn fields(
     let mut kv = |k: &'static str, v: String| out.push((k, v));
     kv("id:", s.id.clone());
     kv("state:", s.state.as_str().into());
+    kv("sha256:", row.sha256());
+    kv("body bytes:", row.body.len().to_string());
+    kv("headers bytes:", row.headers_json.len().to_string());
     kv("reason:", s.reason.clone());
     kv("attempts:", s.attempts.to_string());
     kv("dead-lettered at:", time_or(s.dead_lettered_at, UNREADABLE));
@@ -189,8 +218,6 @@ fn fields(
         "last replay err:",
         s.last_replay_error.clone().unwrap_or_else(|| "-".into()),
     );
-    kv("sha256:", row.sha256());
-    kv("body bytes:", row.body.len().to_string());
     out
 }
 
@@ -199,6 +226,7 @@ fn render(
     settling: Option<Settling>,
     revised_as: Option<&str>,
     history: &[HistoryEntry],
+    body: Body,
 ) -> String {
     let mut out = String::new();
     // Values are untrusted: each stays on its line, escaped (the body and headers below
@@ -206,11 +234,6 @@ fn render(
     for (k, v) in fields(row, settling, revised_as) {
         out.push_str(&format!("{k:<17} {}\n", line(&v)));
     }
-
-    out.push_str("\nheaders:\n");
-    out.push_str(&serde_json::to_string_pretty(&row.headers()).unwrap_or_default());
-    out.push_str("\n\nbody:\n");
-    out.push_str(&render_body(&row.body));
     out.push_str("\nhistory:\n");
     if history.is_empty() {
         out.push_str("  (none)\n");
@@ -229,6 +252,13 @@ fn render(
                 .unwrap_or_default()
         ));
     }
+    out.push_str("\nheaders:\n");
+    out.push_str(&serde_json::to_string_pretty(&row.headers()).unwrap_or_default());
+    out.push('\n');
+    if body == Body::Shown {
+        out.push_str("\nbody:\n");
+        out.push_str(&render_body(&row.body).text);
+    }
     out
 }
 
@@ -239,6 +269,7 @@ fn render_markdown(
     settling: Option<Settling>,
     revised_as: Option<&str>,
     history: &[HistoryEntry],
+    body: Body,
 ) -> String {
     let cell = |v: &str| markdown_cell(v);
     let mut out = format!(
@@ -248,15 +279,22 @@ fn render_markdown(
     for (k, v) in fields(row, settling, revised_as) {
         out.push_str(&format!("| {} | {} |\n", k.trim_end_matches(':'), cell(&v)));
     }
+    out.push_str(&markdown_history(history));
     let headers = serde_json::to_string_pretty(&row.headers()).unwrap_or_default();
     out.push_str(&format!("\n#### Headers\n\n{}", fenced("json", &headers)));
-    let body = render_body(&row.body);
-    // `render_body` pretty-prints a JSON body only when it shows it whole: parse again
-    // only then, never a body too large to show.
-    let json = row.body.len() <= MAX_SHOWN_BODY
-        && serde_json::from_slice::<serde::de::IgnoredAny>(&row.body).is_ok();
-    let lang = if json { "json" } else { "text" };
-    out.push_str(&format!("\n#### Body\n\n{}", fenced(lang, body.trim_end())));
+    if body == Body::Shown {
+        let shown = render_body(&row.body);
+        let lang = if shown.json { "json" } else { "text" };
+        let text = fenced(lang, shown.text.trim_end());
+        out.push_str(&format!("\n#### Body\n\n{text}"));
+    }
+    out
+}
+
+/// The history of `show -o markdown`, as a table.
+fn markdown_history(history: &[HistoryEntry]) -> String {
+    let cell = |v: &str| markdown_cell(v);
+    let mut out = String::new();
     out.push_str("\n#### History\n\n");
     if history.is_empty() {
         out.push_str("(none)\n");

@@ -5,6 +5,7 @@
 //! the protocol writes, so what an operator reads on stdout and in `show` agrees.
 
 use super::why::RowUnavailable;
+use crate::publisher::{Nowhere, Target};
 use std::fmt::Write;
 use std::time::Duration;
 
@@ -25,6 +26,44 @@ pub enum NextStep {
     GiveTarget,
     /// Give the held claim back before its lease ends.
     ReleaseClaim,
+    /// No queue is bound for the routing key: check the binding, or name another key.
+    CheckBinding,
+    /// The exchange does not exist: check its name, or name another.
+    CheckExchange,
+}
+
+/// A publish that the broker said leads nowhere, and what it was sent to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Miss {
+    pub target: Target,
+    pub nowhere: Nowhere,
+}
+
+impl Miss {
+    /// The target and why it leads nowhere, with what to do (`s` spells it).
+    fn write(&self, s: &dyn Spell, o: &mut String) {
+        let Target {
+            exchange,
+            routing_key: key,
+        } = &self.target;
+        let _ = match (self.nowhere, exchange.is_empty()) {
+            (Nowhere::NoRoute, true) => write!(
+                o,
+                "; no queue named {key:?} exists (the default exchange routes to the queue of the routing key's name); check the name, or {}",
+                s.next(&NextStep::GiveTarget)
+            ),
+            (Nowhere::NoRoute, false) => write!(
+                o,
+                "; no queue is bound for routing key {key:?} on exchange {exchange:?}; {}",
+                s.next(&NextStep::CheckBinding)
+            ),
+            (Nowhere::NoExchange, _) => write!(
+                o,
+                "; exchange {exchange:?} (routing key {key:?}) does not exist in this vhost; {}",
+                s.next(&NextStep::CheckExchange)
+            ),
+        };
+    }
 }
 
 /// How a caller spells a [`NextStep`] and the claim given to a run.
@@ -48,6 +87,8 @@ impl Spell for InWords {
             NextStep::ResolveNotDelivered { .. } => "resolve it not delivered".into(),
             NextStep::GiveTarget => "give a routing key".into(),
             NextStep::ReleaseClaim => "releasing it".into(),
+            NextStep::CheckBinding => "check the binding, or give another routing key".into(),
+            NextStep::CheckExchange => "check the exchange's name, or give another".into(),
         }
     }
 
@@ -88,8 +129,8 @@ pub enum Reason {
     LeaseTooShort { outlive: Duration },
     /// Sending took longer than the attempt's lease check allowed.
     SendTooSlow,
-    /// The broker certainly did not take it.
-    PublishFailed { cause: String },
+    /// The broker certainly did not take it; `miss`: it said where the target leads nowhere.
+    PublishFailed { cause: String, miss: Option<Miss> },
     /// Handed to the broker, its confirm not in yet.
     AwaitingConfirm,
     /// Published, confirmed, marked.
@@ -100,6 +141,7 @@ pub enum Reason {
         cause: String,
         event_id: Option<String>,
         in_flight: bool,
+        miss: Option<Miss>,
     },
     /// Confirmed by the broker, but the mark could not be written.
     MarkFailed { cause: String },
@@ -117,6 +159,11 @@ impl Reason {
         match self {
             Reason::Unavailable { why, .. } | Reason::AttemptedFirst(why) => why.next(),
             Reason::NoTarget => Some(NextStep::GiveTarget),
+            Reason::PublishFailed { miss: Some(m), .. } => Some(match m.nowhere {
+                Nowhere::NoRoute if m.target.exchange.is_empty() => NextStep::GiveTarget,
+                Nowhere::NoRoute => NextStep::CheckBinding,
+                Nowhere::NoExchange => NextStep::CheckExchange,
+            }),
             Reason::Unconfirmed { .. } => Some(NextStep::ResolveEither { id: id.into() }),
             Reason::MarkFailed { .. } => Some(NextStep::ResolveDelivered { id: id.into() }),
             Reason::ClaimKept(_) => Some(NextStep::ReleaseClaim),
@@ -186,7 +233,13 @@ impl Reason {
     /// Handed to the broker (or wrapping another reason): how it settled.
     fn write_settled(&self, id: &str, s: &dyn Spell, o: &mut String) {
         let _ = match self {
-            Reason::PublishFailed { cause } => write!(o, "{cause}"),
+            Reason::PublishFailed { cause, miss } => {
+                o.push_str(cause);
+                if let Some(m) = miss {
+                    m.write(s, o);
+                }
+                Ok(())
+            }
             Reason::AwaitingConfirm => write!(o, "published; awaiting the confirm"),
             Reason::Replayed { target } => write!(
                 o,
@@ -197,13 +250,20 @@ impl Reason {
                 cause,
                 event_id,
                 in_flight,
-            } => write!(
+                miss,
+            } => {
+                o.push_str(cause);
+                if let Some(m) = miss {
+                    m.write(s, o);
+                }
+                write!(
                 o,
-                "{cause}; check the consumers' receipts for event {}, then {}{}",
+                "; check the consumers' receipts for event {}, then {}{}",
                 event_id.as_deref().unwrap_or("(unknown)"),
                 s.next(&NextStep::ResolveEither { id: id.into() }),
                 if *in_flight { " once its lease has ended" } else { "" }
-            ),
+            )
+            }
             Reason::MarkFailed { cause } => write!(
                 o,
                 "published and confirmed by the broker, but the mark could not be written ({cause}): it WAS published; {}",
@@ -245,6 +305,23 @@ mod tests {
                 cause: "no confirm".into(),
                 event_id: None,
                 in_flight: true,
+                miss: Some(Miss {
+                    target: Target {
+                        exchange: "x".into(),
+                        routing_key: "k".into(),
+                    },
+                    nowhere: Nowhere::NoExchange,
+                }),
+            },
+            Reason::PublishFailed {
+                cause: "312 NO_ROUTE".into(),
+                miss: Some(Miss {
+                    target: Target {
+                        exchange: String::new(),
+                        routing_key: "k".into(),
+                    },
+                    nowhere: Nowhere::NoRoute,
+                }),
             },
             Reason::MarkFailed { cause: "x".into() },
             Reason::ClaimKept(Box::new(Reason::Interrupted)),

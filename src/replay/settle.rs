@@ -3,11 +3,11 @@
 //! its [`Reason`]. Each write is retried while the database does not answer
 //! ([`super::retry`]); once the database is given up on, later writes are not tried.
 
-use super::reason::Reason;
+use super::reason::{Miss, Reason};
 use super::retry::{busy, cause_text, retrying, transient, Bounds, Settled, Step};
 use super::{Batch, Notice};
 use crate::model::{NewHistory, Outcome, State};
-use crate::publisher::PublishResult;
+use crate::publisher::{Judged, PublishResult};
 use crate::store::{LeaseAfter, Store};
 use std::collections::{HashMap, HashSet};
 use tokio::time::Instant;
@@ -61,24 +61,27 @@ impl<'a> Batch<'a> {
 
     /// 4, 5 and 6. Mark what the broker confirmed, release what certainly failed, and
     ///    leave the rest `uncertain`, recording why.
-    pub(super) async fn settle(
-        &mut self,
-        store: &dyn Store,
-        results: Vec<(String, PublishResult)>,
-    ) {
+    pub(super) async fn settle(&mut self, store: &dyn Store, results: Vec<Judged>) {
         let confirmed: Vec<String> = results
             .iter()
-            .filter(|(_, r)| *r == PublishResult::Confirmed)
-            .map(|(id, _)| id.clone())
+            .filter(|j| j.result == PublishResult::Confirmed)
+            .map(|j| j.id.clone())
             .collect();
         self.mark(store, &confirmed).await;
-        for (id, result) in results {
+        for Judged {
+            id,
+            target,
+            result,
+            nowhere,
+        } in results
+        {
             let token = self.attempt_tokens[&id].clone();
             let ids = std::slice::from_ref(&id);
+            let miss = nowhere.map(|nowhere| Miss { target, nowhere });
             let (cause, in_flight) = match result {
                 PublishResult::Confirmed => continue,
                 PublishResult::Failed(cause) => {
-                    let why = Reason::PublishFailed { cause };
+                    let why = Reason::PublishFailed { cause, miss };
                     self.release(store, ids, &token, Outcome::PublishFailed, why)
                         .await;
                     continue;
@@ -90,6 +93,7 @@ impl<'a> Batch<'a> {
                 cause,
                 event_id: self.rows[&id].summary.event_id.clone(),
                 in_flight,
+                miss,
             };
             let lease = match in_flight {
                 true => LeaseAfter::RunsOut,

@@ -56,3 +56,50 @@ impl TestDb {
         self.spawn_env(&args, env)
     }
 }
+
+/// Runs `dlq ARGS` on a pseudo-terminal (util-linux `script`), typing `input` (`"\x03"`
+/// is Ctrl-C); `TERM=dumb`, 200 columns, stdout and stderr both on the terminal (`stdout`).
+pub fn on_a_terminal(db: &TestDb, env: &[(&str, &str)], args: &str, input: &str) -> super::Run {
+    let bin = env!("CARGO_BIN_EXE_dlq");
+    let mut c = db.cmd();
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let mut child = c
+        .env_remove("DLQ_OUTPUT")
+        .env("TERM", "dumb")
+        .env("COLUMNS", "200")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn_script(bin, args);
+    use std::io::Write;
+    let mut stdin = child.stdin.take().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    stdin.write_all(input.as_bytes()).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    drop(stdin);
+    super::Run::from(child.wait_with_output().unwrap())
+}
+
+trait SpawnScript {
+    fn spawn_script(&mut self, bin: &str, args: &str) -> std::process::Child;
+}
+
+impl SpawnScript for std::process::Command {
+    fn spawn_script(&mut self, bin: &str, args: &str) -> std::process::Child {
+        let mut c = std::process::Command::new("script");
+        c.args(["-qefc", &format!("{bin} {args}"), "/dev/null"]);
+        for (k, v) in self.get_envs() {
+            match v {
+                Some(v) => c.env(k, v),
+                None => c.env_remove(k),
+            };
+        }
+        c.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+}

@@ -4,7 +4,9 @@
 //! wrapped mid-word); extras give way in the order the command gave. When even the kept
 //! columns do not fit, each record is shown vertically, one field a line (psql's `\x`).
 
-use comfy_table::{presets, ContentArrangement, Table};
+use super::super::Headers;
+use super::Colour;
+use comfy_table::{presets, Cell, Color, ContentArrangement, Table};
 
 /// What a column may give up when the table is too wide.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -17,11 +19,20 @@ pub enum Fit {
     Drop(u8),
 }
 
-/// A column's title and what it may give up.
+/// A column's title, what it may give up, and whether its cells are coloured.
 #[derive(Debug, Clone)]
 pub struct Column {
     pub name: String,
     pub fit: Fit,
+    pub paint: Paint,
+}
+
+/// How a column's cells are coloured on a terminal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Paint {
+    Plain,
+    /// A state or an outcome: coloured by its word ([`colour_of`]).
+    Word,
 }
 
 impl Column {
@@ -29,8 +40,49 @@ impl Column {
         Column {
             name: name.to_string(),
             fit,
+            paint: Paint::Plain,
         }
     }
+
+    /// A column of states or outcomes, coloured on a terminal.
+    pub fn painted(self) -> Self {
+        Column {
+            paint: Paint::Word,
+            ..self
+        }
+    }
+}
+
+/// How a table is drawn: its header line, its colours.
+#[derive(Debug, Clone, Copy)]
+pub struct Look {
+    pub headers: Headers,
+    pub colour: Colour,
+}
+
+/// The ANSI foreground code of [`colour_of`], for a line outside a table.
+pub fn ansi_of(word: &str) -> Option<&'static str> {
+    Some(match colour_of(word)? {
+        Color::Green => "32",
+        Color::Yellow => "33",
+        Color::Cyan => "36",
+        Color::Red => "31",
+        Color::Magenta => "35",
+        _ => "90",
+    })
+}
+
+/// The colour of a state or an outcome: `uncertain` must not look like `pending`.
+pub fn colour_of(word: &str) -> Option<Color> {
+    Some(match word {
+        "replayed" | "resolved" | "claimed_ok" => Color::Green,
+        "uncertain" | "interrupted" => Color::Yellow,
+        "claimed" => Color::Cyan,
+        "discarded" => Color::DarkGrey,
+        "publish_failed" | "not_found" => Color::Red,
+        w if w.starts_with("not_") => Color::Magenta,
+        _ => return None,
+    })
 }
 
 /// What fitting a table gave: the text, and what a person must be told.
@@ -54,6 +106,7 @@ pub fn render(
     columns: &[Column],
     rows: &[Vec<String>],
     width: Option<usize>,
+    look: Look,
 ) -> Fitted {
     let natural: Vec<usize> = (0..columns.len())
         .map(|i| {
@@ -72,6 +125,7 @@ pub fn render(
                 rows,
                 &(0..columns.len()).collect::<Vec<_>>(),
                 &natural,
+                look,
             ),
             left_out: Vec::new(),
             vertical: false,
@@ -91,7 +145,7 @@ pub fn render(
         };
     }
     Fitted {
-        text: draw(style, columns, rows, &kept, &widths),
+        text: draw(style, columns, rows, &kept, &widths, look),
         left_out,
         vertical: false,
     }
@@ -161,15 +215,31 @@ fn draw(
     rows: &[Vec<String>],
     kept: &[usize],
     widths: &[usize],
+    look: Look,
 ) -> String {
     let mut t = Table::new();
     t.load_style(style)
         .set_content_arrangement(ContentArrangement::Disabled);
-    t.set_header(kept.iter().map(|&i| columns[i].name.clone()));
+    if look.colour == Colour::On {
+        t.enforce_styling();
+    }
+    if look.headers == Headers::Shown {
+        t.set_header(kept.iter().map(|&i| columns[i].name.clone()));
+    }
     for r in rows {
-        t.add_row(kept.iter().map(|&i| match columns[i].fit {
-            Fit::Cut => cut(&r[i], widths[i]),
-            _ => r[i].clone(),
+        t.add_row(kept.iter().map(|&i| {
+            let text = match columns[i].fit {
+                Fit::Cut => cut(&r[i], widths[i]),
+                _ => r[i].clone(),
+            };
+            let colour = match (look.colour, columns[i].paint) {
+                (Colour::On, Paint::Word) => colour_of(&text),
+                _ => None,
+            };
+            match colour {
+                Some(c) => Cell::new(text).fg(c),
+                None => Cell::new(text),
+            }
         }));
     }
     t.to_string()

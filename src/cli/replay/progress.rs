@@ -134,8 +134,38 @@ fn say(line: &str) {
 fn progress_bar(len: u64) -> indicatif::ProgressBar {
     let pb = indicatif::ProgressBar::new(len);
     pb.set_style(
-        indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} {per_sec} eta {eta} {msg}")
+        indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} {rate} eta {eta} {msg}")
+            .map(|s| {
+                s.with_key(
+                    "rate",
+                    |p: &indicatif::ProgressState, w: &mut dyn std::fmt::Write| {
+                        let _ = w.write_str(&rate_text(p.per_sec()));
+                    },
+                )
+            })
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
     pb
+}
+
+/// Items a second as a person reads it: one decimal under 10/s, none above
+/// (indicatif's `{per_sec}` printed `1.9429/s`).
+fn rate_text(per_sec: f64) -> String {
+    match per_sec {
+        r if !r.is_finite() || r <= 0.0 => "0/s".into(),
+        r if r < 10.0 => format!("{r:.1}/s"),
+        r => format!("{r:.0}/s"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Once broke: the bar showed `1.9429/s` (issue 25, item 9).
+    #[test]
+    fn the_rate_has_at_most_one_decimal() {
+        assert_eq!(super::rate_text(1.9429), "1.9/s");
+        assert_eq!(super::rate_text(19.6), "20/s");
+        assert_eq!(super::rate_text(f64::INFINITY), "0/s");
+        assert_eq!(super::rate_text(0.0), "0/s");
+    }
 }

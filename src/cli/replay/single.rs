@@ -127,7 +127,7 @@ async fn dry_run(
             serde_json::to_string_pretty(&headers).unwrap_or_default(),
             row.body.len(),
             row.sha256(),
-            render_body(&row.body)
+            render_body(&row.body).text
         )),
     }
     Ok(dlq::exit::OK)

@@ -215,8 +215,12 @@ const SHOW_BIN_JSON: &str = r#"{
 }
 "#;
 
+/// The table view: what identifies the record and its sizes first, the body last.
 const SHOW_BIN_TABLE: &str = "id:               small-bin
 state:            pending
+sha256:           eba94c659d9ccc94f46a586a384757f7cfe46d2eca910bc5046231b38312515c
+body bytes:       70
+headers bytes:    2
 reason:           retries_exhausted
 attempts:         5
 dead-lettered at: 2026-01-02T03:04:06Z
@@ -229,8 +233,9 @@ routing key:      rk
 error:            \nreplayed at:      -
 lease:            -
 last replay err:  -
-sha256:           eba94c659d9ccc94f46a586a384757f7cfe46d2eca910bc5046231b38312515c
-body bytes:       70
+
+history:
+  (none)
 
 headers:
 {}
@@ -242,9 +247,6 @@ body:
 00000020  02 ff fe 80 41 42 0a 1b 00 01 02 ff fe 80 41 42  |....AB........AB|
 00000030  0a 1b 00 01 02 ff fe 80 41 42 0a 1b 00 01 02 ff  |........AB......|
 00000040  fe 80 41 42 0a 1b                                |..AB..|
-
-history:
-  (none)
 ";
 
 #[test]

@@ -2,54 +2,6 @@
 //! defaults to no.
 
 use crate::common::*;
-use std::process::Stdio;
-use std::time::Duration;
-
-/// Runs `dlq` on a pseudo-terminal (util-linux `script`), typing `input`.
-fn on_a_terminal(db: &TestDb, env: &[(&str, &str)], args: &str, input: &str) -> Run {
-    let bin = env!("CARGO_BIN_EXE_dlq");
-    let mut c = db.cmd();
-    for (k, v) in env {
-        c.env(k, v);
-    }
-    let mut child = c
-        .env_remove("DLQ_OUTPUT")
-        .env("TERM", "dumb")
-        .env("COLUMNS", "200")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn_script(bin, args);
-    use std::io::Write;
-    let mut stdin = child.stdin.take().unwrap();
-    std::thread::sleep(Duration::from_millis(1500));
-    stdin.write_all(input.as_bytes()).unwrap();
-    std::thread::sleep(Duration::from_millis(1500));
-    drop(stdin);
-    Run::from(child.wait_with_output().unwrap())
-}
-
-trait SpawnScript {
-    fn spawn_script(&mut self, bin: &str, args: &str) -> std::process::Child;
-}
-
-impl SpawnScript for std::process::Command {
-    fn spawn_script(&mut self, bin: &str, args: &str) -> std::process::Child {
-        let mut c = std::process::Command::new("script");
-        c.args(["-qefc", &format!("{bin} {args}"), "/dev/null"]);
-        for (k, v) in self.get_envs() {
-            match v {
-                Some(v) => c.env(k, v),
-                None => c.env_remove(k),
-            };
-        }
-        c.stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap()
-    }
-}
 
 #[test]
 fn a_production_profile_asks_for_its_name_before_replaying() {
@@ -205,4 +157,26 @@ fn migrate_asks_before_creating_a_new_sqlite_file_on_a_terminal() {
     let r = on_a_terminal(&other, &[], "migrate --create", "");
     assert!(!r.stdout.contains("create new"), "{}", r.all());
     assert!(r.stdout.contains("applied"), "{}", r.all());
+}
+
+/// Once broke: Ctrl-C at a prompt exited 130 without a word (issue 25, item 9).
+#[test]
+fn ctrl_c_at_a_prompt_says_nothing_was_changed() {
+    let db = TestDb::migrated(Backend::Sqlite);
+    db.add(letter("cc1", "orders", b"{}"));
+    let r = on_a_terminal(&db, &[], "replay cc1", "\x03");
+    assert_eq!(r.code, 130, "{}", r.all());
+    assert!(
+        r.stdout
+            .contains("interrupted at the prompt; nothing was changed"),
+        "{}",
+        r.all()
+    );
+    let s = db.show("cc1");
+    assert_eq!(s["state"], "pending");
+    assert_eq!(s["history"], serde_json::json!([]));
+    let r = on_a_terminal(&db, &[], "discard cc1 --note n", "\x03");
+    assert_eq!(r.code, 130, "{}", r.all());
+    assert!(r.stdout.contains("nothing was changed"), "{}", r.all());
+    assert_eq!(db.show("cc1")["state"], "pending");
 }

@@ -55,3 +55,64 @@ fn the_cli_spells_the_next_step_in_its_report_and_the_history() {
         assert_eq!(last_detail(&db, "u1"), detail, "{b:?}");
     }
 }
+
+/// Once broke: a replay to a routing key no queue is bound for said `publish_failed (…
+/// 312 NO_ROUTE …)` without the exchange, the routing key or what to do (issue 25, item 7).
+#[test]
+fn a_route_to_nowhere_names_the_exchange_the_routing_key_and_the_fix() {
+    let db = TestDb::migrated(Backend::Sqlite);
+    let key = unique("dlq_unbound_key");
+    db.add(letter("nr1", &key, b"{}"));
+    db.add(letter("nr2", &key, b"{}"));
+    // A named exchange with no binding for the key.
+    let r = db.dlq(&[
+        "replay",
+        "nr1",
+        "--yes",
+        "--exchange",
+        "amq.direct",
+        "-o",
+        "table",
+    ]);
+    assert_eq!(r.code, 5, "{}", r.all());
+    let line = r.stdout.trim();
+    for shown in [
+        "312 NO_ROUTE",
+        &format!("no queue is bound for routing key \"{key}\" on exchange \"amq.direct\""),
+        "check the queue's binding, or give --routing-key",
+    ] {
+        assert!(line.contains(shown), "no {shown:?} in {line}");
+    }
+    // The default exchange: no queue of that name.
+    let j = db.dlq(&["replay", "nr2", "--yes", "-o", "json"]).json();
+    assert_eq!(j["outcome"], "publish_failed");
+    let detail = j["detail"].as_str().unwrap();
+    assert!(
+        detail.contains(&format!("no queue named \"{key}\" exists"))
+            && detail.contains("give --routing-key"),
+        "{detail}"
+    );
+    // The same words in the history, and the typed next step.
+    assert!(
+        last_detail(&db, "nr2").contains("no queue named"),
+        "{}",
+        last_detail(&db, "nr2")
+    );
+}
+
+/// A missing exchange (the broker's 404 closes the channel) names the exchange.
+#[test]
+fn a_missing_exchange_is_named() {
+    let db = TestDb::migrated(Backend::Sqlite);
+    db.add(letter("ne1", "orders", b"{}"));
+    let ex = unique("dlq_no_such_exchange");
+    let r = db.dlq(&["replay", "ne1", "--yes", "--exchange", &ex, "-o", "json"]);
+    let detail = r.json()["detail"].as_str().unwrap().to_string();
+    assert!(
+        detail.contains(&format!(
+            "exchange \"{ex}\" (routing key \"orders\") does not exist"
+        )) && detail.contains("give --exchange"),
+        "{}",
+        r.all()
+    );
+}
