@@ -4,6 +4,7 @@
 use super::*;
 use clap::builder::TypedValueParser as _;
 use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
+use super::ids::IdUse;
 use dlq::topology::BrokerTopology;
 use std::time::Duration;
 
@@ -238,21 +239,27 @@ pub enum Command {
     Values(completions::ValuesArgs),
 }
 
+/// IDs of a command that changes the row they name.
+fn change(ids: Vec<&mut String>) -> Vec<(&mut String, IdUse)> {
+    ids.into_iter().map(|i| (i, IdUse::Change)).collect()
+}
+
 impl Command {
-    /// The arguments that name one dead letter, trimmed and resolved from a prefix
-    /// before the command runs ([`super::Ctx::resolve_ids`]).
-    pub fn single_ids(&mut self) -> Vec<&mut String> {
+    /// The arguments that name one dead letter, and whether the command only reads it
+    /// (a prefix may stand for it) or changes it (only the full ID does); see
+    /// [`super::Ctx::resolve_ids`].
+    pub fn single_ids(&mut self) -> Vec<(&mut String, IdUse)> {
         match self {
-            Command::Show(a) => vec![&mut a.id],
-            Command::Claim(a) => vec![&mut a.id],
-            Command::Release(a) => vec![&mut a.id],
-            Command::Note(a) => vec![&mut a.id],
-            Command::Replay(a) => a.id.iter_mut().collect(),
-            Command::Resolve(a) => a.id.iter_mut().collect(),
-            Command::Discard(a) => a.id.iter_mut().collect(),
-            Command::Restore(a) => a.id.iter_mut().collect(),
-            Command::Edit(a) => a.id.iter_mut().collect(),
-            Command::Diff(a) => vec![&mut a.a, &mut a.b],
+            Command::Show(a) => vec![(&mut a.id, IdUse::Read)],
+            Command::Diff(a) => vec![(&mut a.a, IdUse::Read), (&mut a.b, IdUse::Read)],
+            Command::Claim(a) => change(vec![&mut a.id]),
+            Command::Release(a) => change(vec![&mut a.id]),
+            Command::Note(a) => change(vec![&mut a.id]),
+            Command::Replay(a) => change(a.id.iter_mut().collect()),
+            Command::Resolve(a) => change(a.id.iter_mut().collect()),
+            Command::Discard(a) => change(a.id.iter_mut().collect()),
+            Command::Restore(a) => change(a.id.iter_mut().collect()),
+            Command::Edit(a) => change(a.id.iter_mut().collect()),
             _ => Vec::new(),
         }
     }

@@ -17,7 +17,7 @@ pub struct Ctx {
     pub out: Out,
     /// What the profile (if any) gave.
     pub profile: profile::Applied,
-    /// The store [`Ctx::resolve_ids`] opened (or failed to), handed to the command's
+    /// The store [`Ctx::resolve_ids`] opened, handed to the command's
     /// first [`Ctx::store`]: one connection, and one connect timeout, per command.
     pub opened: std::sync::Mutex<Option<Result<Box<dyn Store>>>>,
 }

@@ -1,7 +1,11 @@
 //! The ID a person typed or pasted, made the ID of a row before the command runs: spaces
-//! around it trimmed, and a unique prefix of [`MIN_PREFIX`] characters or more replaced
-//! by the full ID, so that every step after (claim, report, history) uses the full one.
+//! around it trimmed (unless a row has the ID with them) and, for a command that only
+//! reads (`show`, `diff`), a unique prefix of [`MIN_PREFIX`] characters or more replaced
+//! by the full ID, said on stderr. A command that changes something takes only the full
+//! ID: a script's full ID whose row is gone (pruned, say) must be `not_found`, never the
+//! row of a longer ID that starts with it (the same event dead-lettered again).
 
+use super::output::say;
 use super::{Ctx, Result};
 use dlq::error::DlqError;
 use dlq::model::validate_id;
@@ -12,61 +16,68 @@ pub const MIN_PREFIX: usize = 8;
 /// Candidates named when a prefix is ambiguous.
 const SHOWN: usize = 5;
 
+/// What a command does with the dead letter an ID names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IdUse {
+    /// Shows it: a unique prefix may stand for it.
+    Read,
+    /// Changes it (or its history): only its full ID names it.
+    Change,
+}
+
 impl Ctx {
-    /// Trims each ID and resolves a unique prefix to its row's ID. An exact ID always
-    /// wins (also one with spaces, if a row has it); an ambiguous prefix is a usage
-    /// error naming candidates; anything else is left for the command to report
-    /// (`not_found`, or its own error when the store cannot be read).
-    pub async fn resolve_ids(&self, ids: Vec<&mut String>) -> Result<()> {
-        if ids.is_empty() {
+    /// Trims each ID and, where it is only read, resolves a unique prefix to its row's
+    /// ID. An exact ID always wins (also one with spaces, if a row has it); an ambiguous
+    /// prefix is a usage error naming candidates; a store that cannot be read is an
+    /// error here, not a `not_found` later. Anything else is left for the command.
+    pub async fn resolve_ids(&self, ids: Vec<(&mut String, IdUse)>) -> Result<()> {
+        let needs_store = |(id, using): &(&mut String, IdUse)| {
+            *using == IdUse::Read || id.trim() != id.as_str()
+        };
+        if !ids.iter().any(needs_store) {
             return Ok(());
         }
-        let opened = self.store().await;
-        let store = opened.as_ref().ok();
-        for id in ids {
-            if let Some(full) = resolve(store.map(|s| s.as_ref()), id).await? {
+        let opened = self.store().await?;
+        for (id, using) in ids {
+            if let Some(full) = resolve(opened.as_ref(), id, using).await? {
                 *id = full;
             }
         }
         if let Ok(mut slot) = self.opened.lock() {
-            *slot = Some(opened);
+            *slot = Some(Ok(opened));
         }
         Ok(())
     }
 }
 
 /// The ID `raw` stands for, when it is not `raw` itself.
-async fn resolve(store: Option<&dyn Store>, raw: &str) -> Result<Option<String>> {
+async fn resolve(store: &dyn Store, raw: &str, using: IdUse) -> Result<Option<String>> {
     let trimmed = raw.trim();
     if validate_id(trimmed).is_err() {
         return Ok(None);
     }
-    let Some(store) = store else {
-        return Ok((trimmed != raw).then(|| trimmed.to_string()));
-    };
     let exists = |id: &str| {
         let ids = vec![id.to_string()];
-        async move { store.summaries(&ids).await.is_ok_and(|r| !r.is_empty()) }
+        async move { Ok::<_, DlqError>(!store.summaries(&ids).await?.is_empty()) }
     };
-    if exists(raw).await {
+    if trimmed != raw && exists(raw).await? {
         return Ok(None);
     }
     let as_is = Ok((trimmed != raw).then(|| trimmed.to_string()));
-    if trimmed != raw && exists(trimmed).await {
+    if using == IdUse::Change || trimmed.chars().count() < MIN_PREFIX || exists(trimmed).await? {
         return as_is;
     }
-    if trimmed.chars().count() < MIN_PREFIX {
-        return as_is;
-    }
-    let Ok(found) = store
-        .ids_starting_with(trimmed, None, SHOWN as i64 + 1)
-        .await
-    else {
-        return as_is;
-    };
+    let found = store.ids_starting_with(trimmed, None, SHOWN as i64 + 1).await?;
     match found.as_slice() {
         [] => as_is,
-        [one] => Ok(Some(one.clone())),
+        [one] => {
+            say(&format!(
+                "dlq: {:?} is the start of one ID only: showing {}",
+                dlq::sanitize::line(trimmed),
+                dlq::sanitize::line(one)
+            ));
+            Ok(Some(one.clone()))
+        }
         many => Err(ambiguous(trimmed, many).into()),
     }
 }
