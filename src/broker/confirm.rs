@@ -36,6 +36,13 @@ fn lost(e: &lapin::Error) -> Waited {
     Waited::Lost(scrub(&e.to_string()), nowhere)
 }
 
+/// Whether a 404's text (`no exchange 'X' in vhost ...`) is about this publish's exchange:
+/// the 404 closes the channel for every confirm still open, also those of publishes to
+/// other exchanges (the default one always exists).
+fn names_exchange(text: &str, target: &Target) -> bool {
+    !target.exchange.is_empty() && text.contains(&format!("no exchange '{}'", target.exchange))
+}
+
 impl Publisher {
     /// Waits for the confirms of `sent` (each until its deadline, or until `stop` is
     /// set) and judges each publish. Returned messages are matched to publishes by their
@@ -101,6 +108,9 @@ impl Publisher {
                 let nowhere = match (&w, back) {
                     (Waited::Known(_), _) => None,
                     (_, Some((_, 312))) => Some(Nowhere::NoRoute),
+                    (Waited::Lost(text, Some(Nowhere::NoExchange)), None) => {
+                        names_exchange(text, &target).then_some(Nowhere::NoExchange)
+                    }
                     (Waited::Lost(_, n), None) => *n,
                     _ => None,
                 };

@@ -116,3 +116,34 @@ fn a_missing_exchange_is_named() {
         r.all()
     );
 }
+
+/// Once broke: a 404 on one publish closes the channel for every confirm still open, and
+/// each of those items was told its own exchange "does not exist" (the default exchange
+/// too), although one of them was in the queue: a false lead to `resolve --not-delivered`.
+#[test]
+fn a_missing_exchange_is_said_only_of_the_items_sent_to_it() {
+    let mut rabbit = Rabbit::new();
+    let q = rabbit.queue("dlq_mixed_404");
+    let db = TestDb::migrated(Backend::Sqlite);
+    db.add(letter("mix-a-1", &q, b"{}"));
+    let ex = unique("dlq_missing_x");
+    let mut b = letter("mix-b-2", &q, b"{}");
+    b["exchange"] = serde_json::json!(ex);
+    b["routing_key"] = serde_json::json!("k");
+    db.add(b);
+    let plan = db.plan_file(&["--allow-mixed"]);
+    let path = plan.path().to_str().unwrap();
+    let r = db.dlq(&["replay", "--plan", path, "--yes", "--workers", "1", "-o", "json"]);
+    for line in r.lines().iter().filter(|l| l.get("id").is_some()) {
+        let detail = line["detail"].as_str().unwrap_or_default();
+        if line["id"] == "mix-a-1" {
+            assert!(!detail.contains("does not exist"), "{line}");
+        } else {
+            assert!(
+                detail.contains(&format!("exchange \"{ex}\"")) && detail.contains("does not exist"),
+                "{line}"
+            );
+        }
+    }
+    assert!(!last_detail(&db, "mix-a-1").contains("does not exist"));
+}
