@@ -1,10 +1,10 @@
 //! What the command line says, as clap parses it: the global options every command takes
 //! and the list of subcommands. Each subcommand's own arguments live in its module.
 
+use super::ids::IdUse;
 use super::*;
 use clap::builder::TypedValueParser as _;
 use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
-use super::ids::IdUse;
 use dlq::topology::BrokerTopology;
 use std::time::Duration;
 

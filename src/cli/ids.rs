@@ -31,9 +31,8 @@ impl Ctx {
     /// prefix is a usage error naming candidates; a store that cannot be read is an
     /// error here, not a `not_found` later. Anything else is left for the command.
     pub async fn resolve_ids(&self, ids: Vec<(&mut String, IdUse)>) -> Result<()> {
-        let needs_store = |(id, using): &(&mut String, IdUse)| {
-            *using == IdUse::Read || id.trim() != id.as_str()
-        };
+        let needs_store =
+            |(id, using): &(&mut String, IdUse)| *using == IdUse::Read || id.trim() != id.as_str();
         if !ids.iter().any(needs_store) {
             return Ok(());
         }
@@ -67,7 +66,9 @@ async fn resolve(store: &dyn Store, raw: &str, using: IdUse) -> Result<Option<St
     if using == IdUse::Change || trimmed.chars().count() < MIN_PREFIX || exists(trimmed).await? {
         return as_is;
     }
-    let found = store.ids_starting_with(trimmed, None, SHOWN as i64 + 1).await?;
+    let found = store
+        .ids_starting_with(trimmed, None, SHOWN as i64 + 1)
+        .await?;
     match found.as_slice() {
         [] => as_is,
         [one] => {

@@ -14,6 +14,7 @@ pub fn watch_signals() -> Arc<AtomicBool> {
 /// [`watch_signals`], also counting every signal: one that arrives while a replay
 /// retries writing its outcome ends that wait at once (the rows stay uncertain).
 pub fn watch_signals_counted() -> (Arc<AtomicBool>, Arc<AtomicUsize>) {
+    WATCHED.store(true, Ordering::SeqCst);
     let flag = Arc::new(AtomicBool::new(false));
     let count = Arc::new(AtomicUsize::new(0));
     let (f, n) = (flag.clone(), count.clone());
@@ -41,11 +42,33 @@ pub fn watch_signals_counted() -> (Arc<AtomicBool>, Arc<AtomicUsize>) {
     (flag, count)
 }
 
+/// The prompt's handler stays for the process (tokio's do), so SIGINT no longer ends it
+/// by default: a command that does not watch Ctrl-C itself still ends at once with 130,
+/// as it would have without the prompt (its open transaction rolls back).
+fn ctrl_c_stays_fatal() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        tokio::spawn(async {
+            while tokio::signal::ctrl_c().await.is_ok() {
+                if !WATCHED.load(Ordering::SeqCst) {
+                    super::output::restore_cursor();
+                    say("dlq: interrupted");
+                    std::process::exit(i32::from(dlq::exit::INTERRUPTED));
+                }
+            }
+        });
+    });
+}
+
 /// What Ctrl-C at a prompt ends with (exit 130): nothing has been claimed or written yet.
 fn interrupted_at_prompt() -> DlqError {
     super::output::restore_cursor();
     DlqError::Interrupted("interrupted at the prompt; nothing was changed".into())
 }
+
+/// Set once the command watches Ctrl-C itself ([`watch_signals_counted`]): from then on
+/// Ctrl-C is its to settle.
+static WATCHED: AtomicBool = AtomicBool::new(false);
 
 /// Asks on the terminal; defaults to No. On a production profile the operator must type
 /// the profile's name instead of answering y. Ctrl-C (a signal, or the key read in raw
@@ -56,6 +79,7 @@ pub async fn confirm(ctx: &Ctx, prompt: &str) -> Result<bool> {
         a = asked => a,
         _ = tokio::signal::ctrl_c() => return Err(interrupted_at_prompt()),
     };
+    ctrl_c_stays_fatal();
     match answer {
         Err(dialoguer::Error::IO(e)) if e.kind() == std::io::ErrorKind::Interrupted => {
             Err(interrupted_at_prompt())

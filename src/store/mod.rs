@@ -379,9 +379,41 @@ pub fn sqlite_file_to_create(url: &SecretUrl) -> Option<std::path::PathBuf> {
     if !url.scheme().starts_with("sqlite") {
         return None;
     }
+    // An in-memory database is no file, and a read-only open creates none.
+    let query = url.expose().split_once('?').map(|(_, q)| q).unwrap_or("");
+    let never = ["mode=memory", "mode=ro", "immutable=1"];
+    if url.expose().contains(":memory:") || query.split('&').any(|p| never.contains(&p)) {
+        return None;
+    }
     let options = sqlx::sqlite::SqliteConnectOptions::from_str(url.expose()).ok()?;
     let file = options.get_filename();
     (!file.as_os_str().is_empty() && !file.exists()).then(|| file.to_path_buf())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sqlite_file_to_create;
+    use crate::secret::SecretUrl;
+
+    /// Once broke: `migrate` on `sqlite::memory:` asked whether to create the file
+    /// `file:sqlx-in-memory-1`, and on `?mode=ro` asked, then failed to open.
+    #[test]
+    fn only_a_missing_file_that_an_open_would_create_is_offered() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("new.db");
+        let url = |s: String| SecretUrl::new(s);
+        let plain = url(format!("sqlite://{}", missing.display()));
+        assert_eq!(sqlite_file_to_create(&plain), Some(missing.clone()));
+        for s in [
+            "sqlite::memory:".to_string(),
+            "sqlite://:memory:".to_string(),
+            format!("sqlite://{}?mode=ro", missing.display()),
+            format!("sqlite://{}?mode=memory", missing.display()),
+            "postgres://u@h/db".to_string(),
+        ] {
+            assert_eq!(sqlite_file_to_create(&url(s.clone())), None, "{s}");
+        }
+    }
 }
 
 /// Opens the store named by the URL's scheme: `postgres://`, `postgresql://` or `sqlite:`.

@@ -60,6 +60,16 @@ impl TestDb {
 /// Runs `dlq ARGS` on a pseudo-terminal (util-linux `script`), typing `input` (`"\x03"`
 /// is Ctrl-C); `TERM=dumb`, 200 columns, stdout and stderr both on the terminal (`stdout`).
 pub fn on_a_terminal(db: &TestDb, env: &[(&str, &str)], args: &str, input: &str) -> super::Run {
+    on_a_terminal_typing(db, env, args, &[input])
+}
+
+/// [`on_a_terminal`], typing each input 1.5 s after the one before.
+pub fn on_a_terminal_typing(
+    db: &TestDb,
+    env: &[(&str, &str)],
+    args: &str,
+    inputs: &[&str],
+) -> super::Run {
     let bin = env!("CARGO_BIN_EXE_dlq");
     let mut c = db.cmd();
     for (k, v) in env {
@@ -75,8 +85,11 @@ pub fn on_a_terminal(db: &TestDb, env: &[(&str, &str)], args: &str, input: &str)
         .spawn_script(bin, args);
     use std::io::Write;
     let mut stdin = child.stdin.take().unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(1500));
-    stdin.write_all(input.as_bytes()).unwrap();
+    for input in inputs {
+        std::thread::sleep(std::time::Duration::from_millis(1500));
+        // The child may be gone already: what it printed says why.
+        let _ = stdin.write_all(input.as_bytes());
+    }
     std::thread::sleep(std::time::Duration::from_millis(1500));
     drop(stdin);
     super::Run::from(child.wait_with_output().unwrap())

@@ -2,6 +2,8 @@
 //! defaults to no.
 
 use crate::common::*;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
 
 #[test]
 fn a_production_profile_asks_for_its_name_before_replaying() {
@@ -179,4 +181,46 @@ fn ctrl_c_at_a_prompt_says_nothing_was_changed() {
     assert_eq!(r.code, 130, "{}", r.all());
     assert!(r.stdout.contains("nothing was changed"), "{}", r.all());
     assert_eq!(db.show("cc1")["state"], "pending");
+}
+
+/// Once broke: the prompt's Ctrl-C handler outlived it, so after a "yes" Ctrl-C no longer
+/// stopped the command (here a discard waiting on a locked SQLite file for 20 s).
+#[test]
+fn ctrl_c_after_a_yes_still_stops_the_command() {
+    let db = TestDb::migrated(Backend::Sqlite);
+    db.add(letter("cc2", "orders", b"{}"));
+    let file = db.url.trim_start_matches("sqlite://").to_string();
+    let mut lock = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import sqlite3,sys,time; c=sqlite3.connect(sys.argv[1], isolation_level=None); c.execute('BEGIN IMMEDIATE'); print('locked', flush=True); time.sleep(60)",
+            &file,
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(lock.stdout.as_mut().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    assert_eq!(line.trim(), "locked");
+    let started = Instant::now();
+    let r = on_a_terminal_typing(
+        &db,
+        &[],
+        "--lock-timeout 30s discard cc2 --note n",
+        &["y\n", "\x03"],
+    );
+    let _ = lock.kill();
+    let _ = lock.wait();
+    assert_eq!(r.code, 130, "{}", r.all());
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(r.stdout.contains("dlq: interrupted"), "{}", r.all());
+    assert_eq!(db.show("cc2")["state"], "pending");
 }

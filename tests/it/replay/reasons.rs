@@ -133,7 +133,16 @@ fn a_missing_exchange_is_said_only_of_the_items_sent_to_it() {
     db.add(b);
     let plan = db.plan_file(&["--allow-mixed"]);
     let path = plan.path().to_str().unwrap();
-    let r = db.dlq(&["replay", "--plan", path, "--yes", "--workers", "1", "-o", "json"]);
+    let r = db.dlq(&[
+        "replay",
+        "--plan",
+        path,
+        "--yes",
+        "--workers",
+        "1",
+        "-o",
+        "json",
+    ]);
     for line in r.lines().iter().filter(|l| l.get("id").is_some()) {
         let detail = line["detail"].as_str().unwrap_or_default();
         if line["id"] == "mix-a-1" {
