@@ -390,32 +390,6 @@ pub fn sqlite_file_to_create(url: &SecretUrl) -> Option<std::path::PathBuf> {
     (!file.as_os_str().is_empty() && !file.exists()).then(|| file.to_path_buf())
 }
 
-#[cfg(test)]
-mod tests {
-    use super::sqlite_file_to_create;
-    use crate::secret::SecretUrl;
-
-    /// Once broke: `migrate` on `sqlite::memory:` asked whether to create the file
-    /// `file:sqlx-in-memory-1`, and on `?mode=ro` asked, then failed to open.
-    #[test]
-    fn only_a_missing_file_that_an_open_would_create_is_offered() {
-        let dir = tempfile::tempdir().unwrap();
-        let missing = dir.path().join("new.db");
-        let url = |s: String| SecretUrl::new(s);
-        let plain = url(format!("sqlite://{}", missing.display()));
-        assert_eq!(sqlite_file_to_create(&plain), Some(missing.clone()));
-        for s in [
-            "sqlite::memory:".to_string(),
-            "sqlite://:memory:".to_string(),
-            format!("sqlite://{}?mode=ro", missing.display()),
-            format!("sqlite://{}?mode=memory", missing.display()),
-            "postgres://u@h/db".to_string(),
-        ] {
-            assert_eq!(sqlite_file_to_create(&url(s.clone())), None, "{s}");
-        }
-    }
-}
-
 /// Opens the store named by the URL's scheme: `postgres://`, `postgresql://` or `sqlite:`.
 pub async fn open(url: &SecretUrl, opts: &StoreOptions) -> Result<Box<dyn Store>> {
     match url.scheme() {
@@ -580,4 +554,30 @@ pub(crate) const NOT_REVISED: &str = "NOT EXISTS (SELECT 1 FROM dead_letters r \
 /// Transient database errors: worth retrying a protocol write that must not be lost.
 pub fn is_transient(e: &DlqError) -> bool {
     matches!(e, DlqError::Busy(_) | DlqError::Unavailable { .. })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sqlite_file_to_create;
+    use crate::secret::SecretUrl;
+
+    /// Once broke: `migrate` on `sqlite::memory:` asked whether to create the file
+    /// `file:sqlx-in-memory-1`, and on `?mode=ro` asked, then failed to open.
+    #[test]
+    fn only_a_missing_file_that_an_open_would_create_is_offered() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("new.db");
+        let url = |s: String| SecretUrl::new(s);
+        let plain = url(format!("sqlite://{}", missing.display()));
+        assert_eq!(sqlite_file_to_create(&plain), Some(missing.clone()));
+        for s in [
+            "sqlite::memory:".to_string(),
+            "sqlite://:memory:".to_string(),
+            format!("sqlite://{}?mode=ro", missing.display()),
+            format!("sqlite://{}?mode=memory", missing.display()),
+            "postgres://u@h/db".to_string(),
+        ] {
+            assert_eq!(sqlite_file_to_create(&url(s.clone())), None, "{s}");
+        }
+    }
 }
