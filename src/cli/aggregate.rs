@@ -93,7 +93,7 @@ pub async fn run(ctx: &Ctx, args: AggregateArgs) -> Result<u8> {
                 .collect();
             ctx.out.json(&rows);
         }
-        Format::Table | Format::Markdown | Format::Tsv => {
+        Format::Table | Format::Wide | Format::Markdown | Format::Tsv => {
             let mut header = columns(&args.by.0);
             // Over time, a bar per bucket shows a burst at a glance; the table then runs
             // in time order (JSON keeps the contract's largest-first order).

@@ -48,6 +48,8 @@ pub enum Format {
     Markdown,
     // Tab-separated lines for awk and cut (list, aggregate); other commands print as table.
     Tsv,
+    // A table with every column, none cut (kubectl's `-o wide`); otherwise as table.
+    Wide,
 }
 
 /// When to colour states and outcomes (`--color`).

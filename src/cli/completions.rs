@@ -1,5 +1,5 @@
-//! `dlq completions SHELL`: shell completion scripts, without the hidden helpers. Bash
-//! and fish also complete, from the database the line names, the dead-letter IDs a
+//! `dlq completions SHELL`: shell completion scripts, without the hidden helpers. Bash,
+//! zsh and fish also complete, from the database the line names, the dead-letter IDs a
 //! command can act on (`dlq __ids --for COMMAND PREFIX`: replay wants pending rows,
 //! resolve uncertain ones, ...) and the values of `--reason`, `--producer`,
 //! `--schema-version` and `--source-queue` (`dlq __values KEY`, the most common first).
@@ -164,6 +164,46 @@ complete -c dlq -l schema-version -x -a "(__dlq_values schema-version)"
 complete -c dlq -l source-queue -x -a "(__dlq_values source-queue)"
 "#;
 
+/// Zsh: the functions the rewritten `_arguments` specs call ([`zsh`]), with `compadd`'s
+/// options first and the command or key last. The database options are read from the
+/// whole line (`$LBUFFER`): `$words` holds only the subcommand's words past it.
+const ZSH_EXTRA: &str = r#"
+# Dead-letter IDs and filter values, from the database the line names.
+(( $+functions[_dlq_db_opts] )) ||
+_dlq_db_opts() {
+    local -a w
+    local i
+    w=(${(Q)${(z)LBUFFER}})
+    for ((i = 2; i <= $#w; i++)); do
+        case "$w[i]" in
+            (--database-url|--database-url-file|--profile|--config)
+                reply+=("$w[i]" "$w[i+1]"); ((i++)) ;;
+            (--database-url=*|--database-url-file=*|--profile=*|--config=*)
+                reply+=("$w[i]") ;;
+        esac
+    done
+}
+(( $+functions[_dlq_ids] )) ||
+_dlq_ids() {
+    local -a reply found
+    _dlq_db_opts
+    found=(${(f)"$(dlq "${reply[@]}" __ids --for "${@[-1]}" "$PREFIX" 2>/dev/null)"})
+    compadd "${@[1,-2]}" -- "${found[@]}"
+}
+(( $+functions[_dlq_values] )) ||
+_dlq_values() {
+    local -a reply found
+    _dlq_db_opts
+    found=(${(f)"$(dlq "${reply[@]}" __values "${@[-1]}" "$PREFIX" 2>/dev/null)"})
+    compadd "${@[1,-2]}" -- "${found[@]}"
+}
+
+"#;
+
+/// The last lines of clap's zsh script, which run the completion (autoloaded) or
+/// register it (sourced): [`ZSH_EXTRA`] goes before them.
+const ZSH_TAIL: &str = "if [ \"$funcstack[1]\" = \"_dlq\" ]; then";
+
 /// At most this many IDs or values are offered.
 const LIMIT: i64 = 50;
 /// Completion runs on every TAB: it gives up (offering nothing) after this long.
@@ -176,10 +216,57 @@ pub fn run(ctx: &Ctx, args: CompletionsArgs) -> Result<u8> {
     match args.shell {
         clap_complete::Shell::Bash => text.push_str(BASH_EXTRA),
         clap_complete::Shell::Fish => text.push_str(FISH_EXTRA),
+        clap_complete::Shell::Zsh => text = zsh(&text),
         _ => {}
     }
     ctx.out.generated(&text);
     Ok(dlq::exit::OK)
+}
+
+/// Clap's zsh script with each ID argument completed by `_dlq_ids COMMAND` (inside the
+/// `(COMMAND)` case of a command that takes one) and the four filters' values by
+/// `_dlq_values KEY`, instead of `_default` (file names).
+fn zsh(generated: &str) -> String {
+    let mut out = String::with_capacity(generated.len() + ZSH_EXTRA.len());
+    let mut command: Option<IdsFor> = None;
+    for line in generated.lines() {
+        if let Some(name) = line.strip_prefix('(').and_then(|l| l.strip_suffix(')')) {
+            command = IdsFor::from_str(name, false).ok();
+        } else if line == ";;" {
+            command = None;
+        }
+        if line.starts_with(ZSH_TAIL) {
+            out.push_str(ZSH_EXTRA);
+        }
+        out.push_str(&zsh_spec(line, command));
+        out.push('\n');
+    }
+    out
+}
+
+/// One line of clap's zsh script, its `_default` action replaced when it is an ID
+/// argument of `command` or one of the four filters.
+fn zsh_spec(line: &str, command: Option<IdsFor>) -> String {
+    const DEFAULT: &str = ":_default' \\";
+    let Some(spec) = line.strip_suffix(DEFAULT) else {
+        return line.to_string();
+    };
+    let id = ["':id -- ", "'::id -- ", "':a -- ", "':b -- "];
+    let action = match command {
+        Some(c) if id.iter().any(|p| line.starts_with(p)) => {
+            let name = c.to_possible_value().map(|v| v.get_name().to_string());
+            format!("_dlq_ids {}", name.unwrap_or_default())
+        }
+        _ => match ValueOf::value_variants()
+            .iter()
+            .filter_map(ValueOf::to_possible_value)
+            .find(|v| line.starts_with(&format!("'--{}=[", v.get_name())))
+        {
+            Some(v) => format!("_dlq_values {}", v.get_name()),
+            None => return line.to_string(),
+        },
+    };
+    format!("{spec}:{action}' \\")
 }
 
 /// The command line without its hidden subcommands (clap's generators list them).

@@ -49,7 +49,7 @@ pub async fn run(ctx: &Ctx, args: DiffArgs) -> Result<u8> {
             b: &args.b,
             report: diff::report(&a.body, &b.body, &a.headers_json, &b.headers_json),
         }),
-        Format::Table | Format::Markdown | Format::Tsv => {
+        Format::Table | Format::Wide | Format::Markdown | Format::Tsv => {
             let lines = diff::views(
                 &a.body,
                 &b.body,

@@ -316,7 +316,7 @@ pub fn print(ctx: &Ctx, reports: &[EditReport]) -> u8 {
     for r in reports {
         match ctx.format {
             Format::Json => ctx.out.json(r),
-            Format::Table | Format::Markdown | Format::Tsv => {
+            Format::Table | Format::Wide | Format::Markdown | Format::Tsv => {
                 ctx.out.diff(&r.view);
                 ctx.out.text(&format!(
                     "{}\n",

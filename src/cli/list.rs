@@ -84,9 +84,10 @@ fn columns(filters: &FilterArgs) -> Vec<Column> {
     ]
 }
 
-/// The error as a table shows it (cut at 200 characters) or TSV (whole, on one line).
+/// The error as a table shows it (cut at 200 characters), or TSV and `-o wide` (whole,
+/// on one line).
 fn error_cell(ctx: &Ctx, error: &str) -> String {
-    match ctx.out.is_tsv() {
+    match ctx.out.whole_text() {
         true => error.to_string(),
         false => truncate(error, 200),
     }
@@ -124,7 +125,7 @@ async fn render(ctx: &Ctx, store: &dyn dlq::store::Store, args: &ListArgs) -> Re
             }
             shown
         }
-        Format::Table | Format::Markdown | Format::Tsv => {
+        Format::Table | Format::Wide | Format::Markdown | Format::Tsv => {
             let header = columns(&args.filters);
             let mut table = ctx.out.table_chunks(header);
             let shown = store

@@ -163,6 +163,7 @@ impl Out {
     /// is shown on one line with its control characters (tabs too) escaped. On a terminal
     /// (or with `COLUMNS` set) the table fits its width as each column's [`Fit`] allows
     /// (see [`table`]); what is left out, or a vertical layout, is said on stderr.
+    /// `-o wide` never fits: every column at its whole width.
     pub fn table(&self, columns: Vec<Column>, rows: Vec<Vec<String>>) {
         self.table_part(columns, rows, Part::Whole);
     }
@@ -200,7 +201,12 @@ impl Out {
                     headers: self.headers,
                     colour: self.colour,
                 };
-                table::render(table::TERMINAL, &columns, &rows, terminal_width(), look)
+                // `-o wide` shows every column at its whole width, whatever the terminal's.
+                let width = match self.format {
+                    Format::Wide => None,
+                    _ => terminal_width(),
+                };
+                table::render(table::TERMINAL, &columns, &rows, width, look)
             }
         };
         if !fitted.left_out.is_empty() {
@@ -243,6 +249,11 @@ impl Out {
     /// Whether stdout carries TSV (`-o tsv`): numbers unformatted, text uncut.
     pub fn is_tsv(&self) -> bool {
         self.format == Format::Tsv
+    }
+
+    /// Whether text cells are shown whole (`-o tsv`, `-o wide`), never cut with `…`.
+    pub fn whole_text(&self) -> bool {
+        matches!(self.format, Format::Tsv | Format::Wide)
     }
 
     /// Whether a progress bar goes on stderr: for people (not with `-o json`), on a
@@ -351,7 +362,7 @@ pub enum Colour {
 /// `--color`: `auto` colours a table on a terminal unless `NO_COLOR` is set; never
 /// JSON, Markdown or TSV.
 pub fn pick_colour(when: ColorWhen, format: Format) -> Colour {
-    let on = format == Format::Table
+    let on = matches!(format, Format::Table | Format::Wide)
         && match when {
             ColorWhen::Always => true,
             ColorWhen::Never => false,

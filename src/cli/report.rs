@@ -168,7 +168,7 @@ impl StepReport {
 pub fn emit(ctx: &Ctx, r: &StepReport) -> u8 {
     match ctx.format {
         Format::Json => ctx.out.json(r),
-        Format::Table | Format::Markdown | Format::Tsv => {
+        Format::Table | Format::Wide | Format::Markdown | Format::Tsv => {
             // One line per report: a newline in the detail (it can quote stored text)
             // must not start a line that looks like another report.
             ctx.out

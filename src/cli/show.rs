@@ -98,7 +98,7 @@ pub async fn run(ctx: &Ctx, args: ShowArgs) -> Result<u8> {
             revised_as,
             history: &history,
         }),
-        Format::Table | Format::Tsv => ctx
+        Format::Table | Format::Wide | Format::Tsv => ctx
             .out
             .paged(&render(&row, settling, revised_as, &history, body)),
         Format::Markdown => ctx

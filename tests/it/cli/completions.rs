@@ -301,3 +301,104 @@ fn bash_complete(db: &TestDb, script: &std::path::Path, words: &str, cword: usiz
         .collect::<Vec<_>>()
         .join("\n")
 }
+
+/// The commands that take an ID, each completed by `__ids --for` it.
+const ID_COMMANDS: [&str; 10] = [
+    "show", "claim", "release", "replay", "resolve", "discard", "restore", "note", "edit", "diff",
+];
+
+/// Once broke: zsh completed file names after `show`, `replay`, ... and `--reason`
+/// (only bash and fish asked the store). Zsh completes the IDs each command takes (in its
+/// state) and the four filters' values; where zsh is installed, it accepts the script
+/// and completes through it in a real line editor.
+#[test]
+fn zsh_completes_ids_per_command_and_filter_values() {
+    let db = TestDb::migrated(Backend::Sqlite);
+    db.add(letter("zid-pending", "q", b"{}"));
+    db.add(letter("zid-gone", "q", b"{}"));
+    let r = db.dlq(&["discard", "zid-gone", "--note", "x", "--yes"]);
+    assert_eq!(r.code, 0, "{}", r.all());
+    let script = db.dlq(&["completions", "zsh"]).stdout;
+    assert!(script.contains("__ids --for") && script.contains("__values"));
+    for command in ID_COMMANDS {
+        let start = script.find(&format!("\n({command})\n")).unwrap();
+        let block = &script[start..start + script[start..].find("\n;;").unwrap()];
+        assert!(
+            block.contains(&format!(":_dlq_ids {command}' \\")),
+            "{command}:{block}"
+        );
+    }
+    for key in ["reason", "producer", "schema-version", "source-queue"] {
+        let specs: Vec<&str> = script
+            .lines()
+            .filter(|l| l.starts_with(&format!("'--{key}=[")))
+            .collect();
+        assert!(!specs.is_empty(), "--{key}");
+        for l in specs {
+            assert!(l.ends_with(&format!(":_dlq_values {key}' \\")), "{l}");
+        }
+    }
+    // Defined before the lines that run the completion when the file is autoloaded.
+    let defined = script.find("\n_dlq_ids() {").unwrap();
+    assert!(defined < script.find("if [ \"$funcstack[1]\" = \"_dlq\" ]").unwrap());
+    if std::process::Command::new("zsh")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("_dlq");
+    std::fs::write(&path, &script).unwrap();
+    let check = std::process::Command::new("zsh")
+        .arg("-n")
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(check.status.success(), "{check:?}");
+    let other = TestDb::migrated(Backend::Sqlite);
+    let on_line = |rest: &str| format!("dlq --database-url {} {rest}", db.url);
+    let cases = [
+        (on_line("restore zid"), on_line("restore zid-gone")),
+        (on_line("discard zid"), on_line("discard zid-pending")),
+        (
+            on_line("list --reason ret"),
+            on_line("list --reason retries_exhausted"),
+        ),
+    ];
+    for (line, want) in cases {
+        assert_eq!(zsh_complete(&other, &path, &line), want);
+    }
+}
+
+/// Types `line` and a TAB into an interactive zsh (under `zpty`) that loaded `script`,
+/// and returns the line as completion left it.
+fn zsh_complete(db: &TestDb, script: &std::path::Path, line: &str) -> String {
+    const DRIVER: &str = r#"
+zmodload zsh/zpty
+zpty z 'TERM=dumb zsh -f -i'
+zpty -w z "autoload -Uz compinit; compinit -u -D; source ${(q)SCRIPT}; PS1='> '"
+zpty -w -n z "$LINE"$'\t'
+zpty -w z $'\x01print -r -- G""OT: '
+zpty -r z out '*GOT: *'$'\n'
+print -r -- "${${out##*GOT: }%%$'\r'*}"
+zpty -d z
+"#;
+    let bin_dir = std::path::Path::new(env!("CARGO_BIN_EXE_dlq"))
+        .parent()
+        .unwrap();
+    let r = std::process::Command::new("timeout")
+        .args(["30", "zsh", "-f", "-c", DRIVER])
+        .env("SCRIPT", script)
+        .env("LINE", line)
+        .env(
+            "PATH",
+            format!("{}:{}", bin_dir.display(), std::env::var("PATH").unwrap()),
+        )
+        .env("DLQ_DATABASE_URL", &db.url)
+        .output()
+        .unwrap();
+    assert!(r.status.success(), "{line}: {r:?}");
+    String::from_utf8_lossy(&r.stdout).trim().to_string()
+}

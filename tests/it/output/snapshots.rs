@@ -135,6 +135,43 @@ fn aggregate_as_a_table_and_as_json() {
     });
 }
 
+/// `list`, `aggregate --by reason,producer,schema_version` and `show` as tables at 80,
+/// 120 and 200 columns: the keys asked for are kept at every width, free text is cut
+/// with `…`, and what is left out is said (stderr is in the snapshot). `show` is the
+/// same at every width (its long lines wrap as the terminal wraps them).
+#[test]
+fn tables_at_80_120_and_200_columns() {
+    let db = seeded("orders.created");
+    db.sql(&[
+        "UPDATE dead_letters SET error = 'timeout: inventory did not answer within 30 s after 5 attempts, the last one at the gateway' WHERE id = 'snap-3'",
+        "UPDATE dead_letters SET schema_version = '6' WHERE id = 'snap-4'",
+    ]);
+    let commands: [(&str, &[&str]); 3] = [
+        ("list", &["list"]),
+        (
+            "aggregate",
+            &["aggregate", "--by", "reason,producer,schema_version"],
+        ),
+        ("show", &["show", "snap-3"]),
+    ];
+    for (name, args) in commands {
+        for columns in ["80", "120", "200"] {
+            let r = db.dlq_env(args, &[("DLQ_OUTPUT", "table"), ("COLUMNS", columns)]);
+            assert_eq!(r.code, 0, "{args:?} at {columns}: {}", r.all());
+            // A table fits the width; `show` (lines of `field: value`) does not depend on it.
+            let width: usize = columns.parse().unwrap();
+            assert!(
+                name == "show" || r.stdout.lines().all(|l| l.chars().count() <= width),
+                "{args:?} at {columns}:\n{}",
+                r.stdout
+            );
+            redacted!({
+                insta::assert_snapshot!(format!("{name}_table_{columns}"), r.all());
+            });
+        }
+    }
+}
+
 #[test]
 fn a_plan_run_ends_with_its_summary() {
     let mut rabbit = Rabbit::new();

@@ -163,3 +163,58 @@ fn a_50_mib_body_is_cut_in_the_table_view() {
     let r = db.dlq(&["list"]);
     assert_eq!(r.json()[0]["id"], "big");
 }
+
+/// `-o wide` at 80 columns: every column of `list` and `aggregate`, whole (nothing cut
+/// with `…`), and no "narrow terminal" line.
+#[test]
+fn wide_shows_every_column_uncut_at_80_columns() {
+    let db = two_producers();
+    let long = format!("timeout: {}", "inventory did not answer ".repeat(10));
+    db.sql(&[&format!(
+        "UPDATE dead_letters SET error = '{long}' WHERE id = 'k-1'"
+    )]);
+    for env in [
+        &[("COLUMNS", "80")][..],
+        &[("COLUMNS", "80"), ("DLQ_OUTPUT", "wide")][..],
+    ] {
+        let args: &[&str] = match env.len() {
+            1 => &["list", "-o", "wide"],
+            _ => &["list"],
+        };
+        let r = db.dlq_env(args, env);
+        assert_eq!(r.code, 0, "{}", r.all());
+        let h = header(&r.stdout);
+        for key in [
+            "ID",
+            "DEAD-LETTERED",
+            "REASON",
+            "PRODUCER",
+            "SCHEMA",
+            "ATTEMPTS",
+            "STATE",
+            "ERROR",
+        ] {
+            assert!(h.contains(key), "{key} missing:\n{}", r.all());
+        }
+        assert!(r.stdout.contains(long.trim_end()), "{}", r.stdout);
+        assert!(!r.stdout.contains('…'), "{}", r.stdout);
+        assert!(!r.stderr.contains("narrow terminal"), "{}", r.stderr);
+    }
+    let r = db.dlq_env(
+        &[
+            "aggregate",
+            "--by",
+            "reason,producer,schema_version",
+            "-o",
+            "wide",
+        ],
+        &[("COLUMNS", "80")],
+    );
+    assert_eq!(r.code, 0, "{}", r.all());
+    let h = header(&r.stdout);
+    for key in ["REASON", "PRODUCER", "SCHEMA_VERSION", "COUNT"] {
+        assert!(h.contains(key), "{key} missing:\n{}", r.all());
+    }
+    assert!(!r.stdout.contains('…'), "{}", r.stdout);
+    assert!(!r.stderr.contains("narrow terminal"), "{}", r.stderr);
+}
