@@ -85,6 +85,50 @@ fn finish(out: &Out, result: Result<u8>) -> u8 {
     }
 }
 
+/// clap's error (its plain text) in dlq's one style: `dlq: error: ...` on one line, with
+/// clap's suggestion kept and the command whose `--help` says more.
+fn usage_error_line(text: &str, typed: &str) -> String {
+    let mut said = Vec::new();
+    let mut tips = Vec::new();
+    let mut command = typed.to_string();
+    for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        if let Some(rest) = line.strip_prefix("error: ") {
+            said.push(rest.to_string());
+        } else if let Some(tip) = line.strip_prefix("tip: ") {
+            tips.push(tip.to_string());
+        } else if let Some(usage) = line.strip_prefix("Usage: ") {
+            let words = usage.split_whitespace();
+            let named: Vec<&str> = words
+                .take_while(|w| !w.starts_with(['-', '<', '[']))
+                .collect();
+            command = named.join(" ");
+        } else if !line.starts_with("For more information") {
+            said.push(line.to_string());
+        }
+    }
+    let tips = match tips.is_empty() {
+        true => String::new(),
+        false => format!(" ({})", tips.join("; ")),
+    };
+    format!(
+        "dlq: error: {}{tips}; see `{command} --help`",
+        said.join(" ")
+    )
+}
+
+/// `dlq SUBCOMMAND` as typed on the command line (its first word that names one), or `dlq`.
+fn typed_command() -> String {
+    let cmd = args::command();
+    let names: Vec<&str> = cmd.get_subcommands().map(|c| c.get_name()).collect();
+    match std::env::args()
+        .skip(1)
+        .find(|a| names.contains(&a.as_str()))
+    {
+        Some(name) => format!("dlq {name}"),
+        None => "dlq".to_string(),
+    }
+}
+
 pub fn main() -> u8 {
     std::panic::set_hook(Box::new(|info| {
         say(&format!("dlq: internal error (a bug): {info}"));
@@ -95,7 +139,13 @@ pub fn main() -> u8 {
     let (mut cli, matches) = match parsed {
         Ok(c) => c,
         Err(e) => {
-            let _ = e.print();
+            use clap::error::ErrorKind::*;
+            match e.kind() {
+                DisplayHelp | DisplayVersion | DisplayHelpOnMissingArgumentOrSubcommand => {
+                    let _ = e.print();
+                }
+                _ => say(&usage_error_line(&e.render().to_string(), &typed_command())),
+            }
             return e.exit_code().clamp(0, 255) as u8;
         }
     };
@@ -170,5 +220,29 @@ async fn run(ctx: &Ctx, mut command: Command) -> Result<u8> {
         Command::Man(a) => man::run(ctx, a),
         Command::Ids(a) => completions::ids(ctx, a).await,
         Command::Values(a) => completions::values(ctx, a).await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::usage_error_line;
+
+    #[test]
+    fn clap_errors_read_as_dlq_errors_on_one_line() {
+        let clap = "error: unexpected argument '--no-header' found\n\n  tip: a similar argument exists: '--no-headers'\n\nUsage: dlq list --no-headers\n\nFor more information, try '--help'.\n";
+        assert_eq!(
+            usage_error_line(clap, "dlq"),
+            "dlq: error: unexpected argument '--no-header' found (a similar argument exists: '--no-headers'); see `dlq list --help`"
+        );
+        let missing = "error: the following required arguments were not provided:\n  <ID>\n\nUsage: dlq replay <ID>\n\nFor more information, try '--help'.\n";
+        assert_eq!(
+            usage_error_line(missing, "dlq"),
+            "dlq: error: the following required arguments were not provided: <ID>; see `dlq replay --help`"
+        );
+        let value = "error: invalid value 'many' for '--limit <LIMIT>': invalid digit found in string\n\nFor more information, try '--help'.\n";
+        assert_eq!(
+            usage_error_line(value, "dlq list"),
+            "dlq: error: invalid value 'many' for '--limit <LIMIT>': invalid digit found in string; see `dlq list --help`"
+        );
     }
 }

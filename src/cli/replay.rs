@@ -15,6 +15,7 @@ use dlq::publisher::PublisherOptions;
 use dlq::publisher::{Broker, Pacer};
 use dlq::rate::Rate;
 use dlq::replay::{Notice, Notices, ReplayOptions, Step, LEASE_MARGIN};
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -273,6 +274,31 @@ fn workers_of(args: &ReplayArgs) -> usize {
     }
 }
 
+/// The lines a plan run starts with: where it goes, how much, how fast, what mix.
+async fn header(
+    ctx: &Ctx,
+    store: &dyn dlq::store::Store,
+    plan: &Plan,
+    args: &ReplayArgs,
+    amqp: &[dlq::secret::SecretUrl],
+    opts: &ReplayOptions,
+) -> Result<String> {
+    let ids: Vec<String> = plan
+        .ids()
+        .into_iter()
+        .take(context::TARGET_SAMPLE)
+        .collect();
+    let sample = store.summaries(&ids).await?;
+    let shown = context::Shown {
+        database: ctx.database_url()?.to_string(),
+        broker: context::broker(amqp),
+        targets: context::targets(&sample, opts, plan.items.len()),
+        bytes: store.body_bytes(&plan.ids()).await?,
+        now: store.now().await?,
+    };
+    Ok(context::plan_header(plan, args, &shown))
+}
+
 async fn group(
     ctx: &Ctx,
     args: &ReplayArgs,
@@ -294,25 +320,15 @@ async fn group(
         }),
         None => None,
     };
-    if require_consent(ctx, args.yes, "replay")? {
-        let ids: Vec<String> = plan
-            .ids()
-            .into_iter()
-            .take(context::TARGET_SAMPLE)
-            .collect();
-        let sample = store.summaries(&ids).await?;
-        super::output::say_lines(&context::plan_header(
-            &plan,
-            args,
-            &ctx.database_url()?.to_string(),
-            &context::broker(&amqp),
-            &context::targets(&sample, &opts, plan.items.len()),
-            store.now().await?,
-        ));
-        if !confirm(ctx, "Replay this plan?").await? {
-            say("declined; nothing was claimed or published");
-            return Ok(dlq::exit::NOT_DONE);
-        }
+    // Asked, or with --yes on a terminal: where it goes is said once before it starts.
+    let asking = require_consent(ctx, args.yes, "replay")?;
+    if asking || std::io::stderr().is_terminal() {
+        let header = header(ctx, store.as_ref(), &plan, args, &amqp, &opts).await?;
+        super::output::say_lines(&header);
+    }
+    if asking && !confirm(ctx, "Replay this plan?").await? {
+        say("declined; nothing was claimed or published");
+        return Ok(dlq::exit::NOT_DONE);
     }
     let (interrupted, interrupts) = watch_signals_counted();
     opts.interrupts = interrupts;

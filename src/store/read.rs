@@ -231,6 +231,9 @@ pub trait Reads: Send + Sync {
         decode::only_one(self.load(&[id.to_string()]).await?, id)
     }
     async fn summaries(&self, ids: &[String]) -> Result<Vec<Summary>>;
+    /// The bytes of the bodies of these rows together (unknown IDs count 0): what a
+    /// prompt says a replay will send.
+    async fn body_bytes(&self, ids: &[String]) -> Result<i64>;
     async fn history(&self, id: &str) -> Result<Vec<HistoryEntry>>;
     /// The revisions made of `id` by `dlq edit` (at most one while the promise holds).
     async fn revised_as(&self, id: &str) -> Result<Vec<String>>;
@@ -375,6 +378,18 @@ impl<B: Backend> Reads for B {
 
     async fn summaries(&self, ids: &[String]) -> Result<Vec<Summary>> {
         list::summaries(self, ids).await
+    }
+
+    async fn body_bytes(&self, ids: &[String]) -> Result<i64> {
+        // Bytes, also of a body a worker stored as TEXT on SQLite (`length` counts
+        // characters there).
+        let len = B::Db::BODY_LEN.unwrap_or("length(CAST(body AS BLOB))");
+        let columns = format!("CAST(COALESCE(SUM({len}), 0) AS BIGINT) AS n");
+        let mut total = 0;
+        for chunk in ids.chunks(1000) {
+            total += count_of(self, &mut by_ids::<B::Db>(&columns, chunk)).await?;
+        }
+        Ok(total)
     }
 
     async fn history(&self, id: &str) -> Result<Vec<HistoryEntry>> {

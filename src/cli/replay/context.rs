@@ -96,16 +96,20 @@ fn mix(plan: &Plan) -> Vec<String> {
         .collect()
 }
 
-/// The lines shown before `replay --plan` asks.
-pub fn plan_header(
-    plan: &Plan,
-    args: &ReplayArgs,
-    database: &str,
-    broker: &str,
-    targets: &str,
-    now: chrono::DateTime<chrono::Utc>,
-) -> String {
-    let age = now.signed_duration_since(plan.created_at);
+/// What a plan's header says of where it runs and what it sends.
+pub struct Shown {
+    pub database: String,
+    pub broker: String,
+    pub targets: String,
+    /// The bytes of the plan's bodies together.
+    pub bytes: i64,
+    /// The database's clock, for the plan's age.
+    pub now: chrono::DateTime<chrono::Utc>,
+}
+
+/// The lines shown before `replay --plan` asks (or starts, with `--yes` on a terminal).
+pub fn plan_header(plan: &Plan, args: &ReplayArgs, shown: &Shown) -> String {
+    let age = shown.now.signed_duration_since(plan.created_at);
     let age_text = humantime::format_duration(std::time::Duration::from_secs(
         age.num_seconds().max(0) as u64,
     ));
@@ -121,9 +125,13 @@ pub fn plan_header(
             plan.created_by,
             crate::cli::output::time(plan.created_at),
         ),
-        format!("  database:  {database}"),
-        format!("  broker:    {broker}"),
-        format!("  target:    {targets}"),
+        format!("  database:  {}", shown.database),
+        format!("  broker:    {}", shown.broker),
+        format!("  target:    {}", shown.targets),
+        format!(
+            "  bodies:    {} bytes in all",
+            crate::cli::output::thousands(shown.bytes)
+        ),
         format!("  pace:      {}", pace(args)),
     ];
     lines.extend(mix(plan));

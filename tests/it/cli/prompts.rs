@@ -89,6 +89,8 @@ fn a_replay_prompt_says_where_the_messages_go() {
         "rate 2/s",
         "producer:",
         "inventory 2",
+        // {"n":1} and {"n":2}: 7 bytes each.
+        "14 bytes",
     ] {
         assert!(
             r.stdout.contains(shown),
@@ -223,4 +225,32 @@ fn ctrl_c_after_a_yes_still_stops_the_command() {
     );
     assert!(r.stdout.contains("dlq: interrupted"), "{}", r.all());
     assert_eq!(db.show("cc2")["state"], "pending");
+}
+
+/// Once broke: with `--yes` a plan run started without saying where it publishes; on a
+/// terminal it now prints the prompt's header once, before its progress.
+#[test]
+fn a_plan_run_with_yes_says_where_it_goes_first_on_a_terminal() {
+    for backend in BACKENDS {
+        let mut rabbit = Rabbit::new();
+        let q = rabbit.queue("dlq_where_yes");
+        let db = TestDb::migrated(backend);
+        db.add(letter("y1", &q, b"{\"n\":1}"));
+        db.add(letter("y2", &q, "{\"n\":\"é\"}".as_bytes()));
+        let plan = db.plan_file(&[]);
+        let args = format!("replay --plan {} --yes", plan.path().display());
+        let r = on_a_terminal(&db, &[], &args, "");
+        assert_eq!(r.code, 0, "{backend:?}: {}", r.all());
+        let header = r.stdout.find("About to replay plan").expect("the header");
+        let summary = r.stdout.find("2 of 2 done").expect("the summary");
+        assert!(header < summary, "{}", r.stdout);
+        assert_eq!(r.stdout.matches("About to replay plan").count(), 1);
+        // 7 bytes and 10 (é is two): bytes, not characters.
+        assert!(r.stdout.contains("17 bytes"), "{backend:?}: {}", r.stdout);
+        assert!(!r.stdout.contains("Replay this plan?"), "{}", r.stdout);
+        assert_eq!(rabbit.drain(&q).len(), 2);
+        // Not on a terminal (a script): the header is not printed.
+        let r = db.dlq(&["replay", "--plan", plan.path().to_str().unwrap(), "--yes"]);
+        assert!(!r.stderr.contains("About to replay plan"), "{}", r.stderr);
+    }
 }

@@ -115,6 +115,9 @@ mod wrapper {
         async fn summaries(&self, ids: &[String]) -> Result<Vec<Summary>> {
             self.inner.summaries(ids).await
         }
+        async fn body_bytes(&self, ids: &[String]) -> Result<i64> {
+            self.inner.body_bytes(ids).await
+        }
         async fn history(&self, id: &str) -> Result<Vec<HistoryEntry>> {
             self.inner.history(id).await
         }
