@@ -211,12 +211,12 @@ impl Out {
         };
         if !fitted.left_out.is_empty() {
             say(&format!(
-                "narrow terminal: {} not shown (widen it, or use -o json)",
+                "narrow terminal: {} not shown (widen it, or use -o wide)",
                 fitted.left_out.join(", ")
             ));
         }
         if fitted.vertical {
-            say("narrow terminal: one field a line (widen it, or use -o json)");
+            say("narrow terminal: one field a line (widen it, or use -o wide)");
         }
         self.write(&format!("{}\n", fitted.text));
     }

@@ -72,13 +72,13 @@ pub fn on_a_terminal_typing(
 ) -> super::Run {
     let bin = env!("CARGO_BIN_EXE_dlq");
     let mut c = db.cmd();
+    c.env("COLUMNS", "200");
     for (k, v) in env {
         c.env(k, v);
     }
     let mut child = c
         .env_remove("DLQ_OUTPUT")
         .env("TERM", "dumb")
-        .env("COLUMNS", "200")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -1,5 +1,5 @@
 //! The main commands' output pinned by `insta` snapshots: `list`, `show` and `aggregate`
-//! as tables and JSON, a plan run's summary, the `check` line, `--help` of the main
+//! as tables and JSON, the replay prompts on a terminal, a plan run's summary, the `check` line, `--help` of the main
 //! commands and the one line of a usage error (exit 2). Times, ages, UUIDs, tokens and
 //! the test's own queue and file names are filtered out, so that a snapshot holds on
 //! every run; a change of output shows as a diff (`cargo insta review`, or
@@ -259,4 +259,25 @@ fn usage_errors_are_one_line_and_exit_2() {
     redacted!({
         insta::assert_snapshot!("usage_errors", all);
     });
+}
+
+/// What the prompts of `replay ID` and `replay --plan` say on a terminal of 80, 120 and
+/// 200 columns: the row, where it goes, through which broker and database, how much and
+/// how fast (declined: nothing is published).
+#[test]
+fn replay_prompts_at_80_120_and_200_columns() {
+    let mut rabbit = Rabbit::new();
+    let q = rabbit.queue("dlq_snap");
+    let db = seeded(&q);
+    let plan = db.plan_file(&["--reason", "retries_exhausted", "--producer", "inventory"]);
+    let group = format!("replay --plan {} --rate 2/s", plan.path().display());
+    for width in ["80", "120", "200"] {
+        let single = on_a_terminal(&db, &[("COLUMNS", width)], "replay snap-1", "\n");
+        let planned = on_a_terminal(&db, &[("COLUMNS", width)], &group, "\n");
+        redacted!({
+            insta::assert_snapshot!(format!("prompt_replay_{width}"), single.stdout);
+            insta::assert_snapshot!(format!("prompt_plan_{width}"), planned.stdout);
+        });
+    }
+    assert!(rabbit.drain(&q).is_empty(), "declined, yet published");
 }
