@@ -67,76 +67,11 @@ pub async fn run(ctx: &Ctx, args: AggregateArgs) -> Result<u8> {
     let groups = store.aggregate(&args.by.0, &filter).await?;
     match ctx.format {
         Format::Json => {
-            let rows: Vec<Value> = groups
-                .iter()
-                .map(|g| {
-                    let mut m = Map::new();
-                    for (d, k) in &g.keys {
-                        let v = match k {
-                            GroupKey::Text(s) => {
-                                s.clone().map(Value::String).unwrap_or(Value::Null)
-                            }
-                            GroupKey::Time(t) => Value::String(time(*t)),
-                        };
-                        m.insert(d.name().into(), v);
-                    }
-                    m.insert("count".into(), g.count.into());
-                    m.insert("pending".into(), g.pending.into());
-                    m.insert("claimed".into(), g.claimed.into());
-                    m.insert("uncertain".into(), g.uncertain.into());
-                    m.insert("replayed".into(), g.replayed.into());
-                    m.insert("discarded".into(), g.discarded.into());
-                    m.insert("first_seen".into(), g.first_seen.map(time).into());
-                    m.insert("last_seen".into(), g.last_seen.map(time).into());
-                    Value::Object(m)
-                })
-                .collect();
+            let rows: Vec<Value> = groups.iter().map(json_of).collect();
             ctx.out.json(&rows);
         }
         Format::Table | Format::Wide | Format::Markdown | Format::Tsv => {
-            let mut header = columns(&args.by.0);
-            // Over time, a bar per bucket shows a burst at a glance; the table then runs
-            // in time order (JSON keeps the contract's largest-first order).
-            let chart = args.by.0.len() == 1 && args.by.0[0].is_time() && !ctx.out.is_tsv();
-            // TSV is for awk: plain numbers.
-            let num = |n: i64| match ctx.out.is_tsv() {
-                true => n.to_string(),
-                false => thousands(n),
-            };
-            let max = groups.iter().map(|g| g.count).max().unwrap_or(1).max(1);
-            let mut shown: Vec<&Group> = groups.iter().collect();
-            if chart {
-                header.push(Column::new("", Fit::Drop(7)));
-                shown.sort_by_key(|g| match g.keys.first() {
-                    Some((_, GroupKey::Time(t))) => Some(*t),
-                    _ => g.first_seen,
-                });
-            }
-            let rows = shown
-                .into_iter()
-                .map(|g| {
-                    let mut r: Vec<String> = g.keys.iter().map(|(_, k)| key_text(k)).collect();
-                    r.extend([
-                        num(g.count),
-                        num(g.pending),
-                        num(g.claimed),
-                        num(g.uncertain),
-                        num(g.replayed),
-                        num(g.discarded),
-                        time_or(g.first_seen, "-"),
-                        time_or(g.last_seen, "-"),
-                    ]);
-                    if chart {
-                        r.push(bar(g.count, max));
-                    }
-                    r
-                })
-                .collect();
-            ctx.out.table(header, rows);
-            ctx.out.check()?;
-            if groups.is_empty() {
-                say("no dead letters match");
-            }
+            table(ctx, &args, &groups)?;
         }
     }
     if groups.is_empty() {
@@ -144,4 +79,73 @@ pub async fn run(ctx: &Ctx, args: AggregateArgs) -> Result<u8> {
     }
     store.close().await;
     Ok(dlq::exit::OK)
+}
+
+/// One group as the contract's JSON object.
+fn json_of(g: &Group) -> Value {
+    let mut m = Map::new();
+    for (d, k) in &g.keys {
+        let v = match k {
+            GroupKey::Text(s) => s.clone().map(Value::String).unwrap_or(Value::Null),
+            GroupKey::Time(t) => Value::String(time(*t)),
+        };
+        m.insert(d.name().into(), v);
+    }
+    m.insert("count".into(), g.count.into());
+    m.insert("pending".into(), g.pending.into());
+    m.insert("claimed".into(), g.claimed.into());
+    m.insert("uncertain".into(), g.uncertain.into());
+    m.insert("replayed".into(), g.replayed.into());
+    m.insert("discarded".into(), g.discarded.into());
+    m.insert("first_seen".into(), g.first_seen.map(time).into());
+    m.insert("last_seen".into(), g.last_seen.map(time).into());
+    Value::Object(m)
+}
+
+/// The groups as a table (or TSV, Markdown), with a bar per bucket over time.
+fn table(ctx: &Ctx, args: &AggregateArgs, groups: &[Group]) -> Result<()> {
+    let mut header = columns(&args.by.0);
+    // Over time, a bar per bucket shows a burst at a glance; the table then runs in time
+    // order (JSON keeps the contract's largest-first order).
+    let chart = args.by.0.len() == 1 && args.by.0[0].is_time() && !ctx.out.is_tsv();
+    // TSV is for awk: plain numbers.
+    let num = |n: i64| match ctx.out.is_tsv() {
+        true => n.to_string(),
+        false => thousands(n),
+    };
+    let max = groups.iter().map(|g| g.count).max().unwrap_or(1).max(1);
+    let mut shown: Vec<&Group> = groups.iter().collect();
+    if chart {
+        header.push(Column::new("", Fit::Drop(7)));
+        shown.sort_by_key(|g| match g.keys.first() {
+            Some((_, GroupKey::Time(t))) => Some(*t),
+            _ => g.first_seen,
+        });
+    }
+    let rows = shown
+        .into_iter()
+        .map(|g| {
+            let mut r: Vec<String> = g.keys.iter().map(|(_, k)| key_text(k)).collect();
+            r.extend([
+                num(g.count),
+                num(g.pending),
+                num(g.claimed),
+                num(g.uncertain),
+                num(g.replayed),
+                num(g.discarded),
+                time_or(g.first_seen, "-"),
+                time_or(g.last_seen, "-"),
+            ]);
+            if chart {
+                r.push(bar(g.count, max));
+            }
+            r
+        })
+        .collect();
+    ctx.out.table(header, rows);
+    ctx.out.check()?;
+    if groups.is_empty() {
+        say("no dead letters match");
+    }
+    Ok(())
 }

@@ -116,14 +116,29 @@ fn usage_error_line(text: &str, typed: &str) -> String {
     )
 }
 
+/// The words of the command line that are text (one that is not UTF-8 is no command or
+/// URL dlq could name).
+fn words() -> impl Iterator<Item = String> {
+    std::env::args_os()
+        .skip(1)
+        .filter_map(|a| a.to_str().map(str::to_string))
+}
+
+/// Before clap's error is printed (it echoes the argument it refuses): every word that
+/// holds a URL is a secret as a whole, whatever its password holds (`'`, `/`, a space,
+/// `?password=`) that a URL parse would cut short.
+fn hide_urls_of_the_line() {
+    for word in words().filter(|w| w.contains("://")) {
+        let url = word.split_once('=').filter(|(k, _)| k.starts_with("--"));
+        dlq::secret::register(url.map(|(_, v)| v).unwrap_or(&word));
+    }
+}
+
 /// `dlq SUBCOMMAND` as typed on the command line (its first word that names one), or `dlq`.
 fn typed_command() -> String {
     let cmd = args::command();
     let names: Vec<&str> = cmd.get_subcommands().map(|c| c.get_name()).collect();
-    match std::env::args()
-        .skip(1)
-        .find(|a| names.contains(&a.as_str()))
-    {
+    match words().find(|a| names.contains(&a.as_str())) {
         Some(name) => format!("dlq {name}"),
         None => "dlq".to_string(),
     }
@@ -144,7 +159,10 @@ pub fn main() -> u8 {
                 DisplayHelp | DisplayVersion | DisplayHelpOnMissingArgumentOrSubcommand => {
                     let _ = e.print();
                 }
-                _ => say(&usage_error_line(&e.render().to_string(), &typed_command())),
+                _ => {
+                    hide_urls_of_the_line();
+                    say(&usage_error_line(&e.render().to_string(), &typed_command()));
+                }
             }
             return e.exit_code().clamp(0, 255) as u8;
         }

@@ -43,8 +43,9 @@ pub fn watch_signals_counted() -> (Arc<AtomicBool>, Arc<AtomicUsize>) {
 }
 
 /// The prompt's handler stays for the process (tokio's do), so SIGINT no longer ends it
-/// by default: a command that does not watch Ctrl-C itself still ends at once with 130,
-/// as it would have without the prompt (its open transaction rolls back).
+/// by default: a command that does not watch Ctrl-C itself (it neither publishes nor
+/// acks) still ends at once with 130, as it would have without the prompt: an open
+/// transaction rolls back, one whose commit was sent may have committed.
 fn ctrl_c_stays_fatal() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
@@ -52,7 +53,7 @@ fn ctrl_c_stays_fatal() {
             while tokio::signal::ctrl_c().await.is_ok() {
                 if !WATCHED.load(Ordering::SeqCst) {
                     super::output::restore_cursor();
-                    say("dlq: interrupted");
+                    say("dlq: interrupted: what was written before is kept, a write under way may or may not be; `dlq show` or `dlq list` says which");
                     std::process::exit(i32::from(dlq::exit::INTERRUPTED));
                 }
             }

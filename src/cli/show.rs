@@ -115,109 +115,124 @@ fn fields(
     revised_as: Option<&str>,
 ) -> Vec<(&'static str, String)> {
     let s = &row.summary;
-    let mut out = Vec::new();
-    let mut kv = |k: &'static str, v: String| out.push((k, v));
-    kv("id:", s.id.clone());
-    kv("state:", s.state.as_str().into());
-    kv("sha256:", row.sha256());
-    kv("body bytes:", row.body.len().to_string());
-    kv("headers bytes:", row.headers_json.len().to_string());
-    kv("reason:", s.reason.clone());
-    kv("attempts:", s.attempts.to_string());
-    kv("dead-lettered at:", time_or(s.dead_lettered_at, UNREADABLE));
-    kv("event id:", opt(&s.event_id));
-    kv("producer:", opt(&s.producer));
-    kv("schema version:", opt(&s.schema_version));
-    kv("source queue:", opt(&s.source_queue));
-    kv(
-        "exchange:",
-        s.exchange
-            .clone()
-            .unwrap_or_else(|| "(default exchange)".into()),
-    );
-    kv(
-        "routing key:",
-        s.routing_key
-            .clone()
-            .or_else(|| {
-                s.source_queue
-                    .clone()
-                    .map(|q| format!("{q} (the source queue)"))
-            })
-            .unwrap_or_else(|| "(none: give --routing-key to replay)".into()),
-    );
-    kv("error:", s.error.clone().unwrap_or_default());
-    kv(
-        "replayed at:",
-        s.replayed_at.map(time).unwrap_or_else(|| "-".into()),
-    );
-    let lease = match (&s.replay_claim_owner, s.replay_claim_expires_at) {
+    let mut out = identity(row);
+    out.push(("lease:", lease(s, row.db_now)));
+    for (col, stored) in &s.unreadable {
+        let why = format!("{col} holds {stored}, which is no time dlq can read");
+        out.push(("unreadable:", why));
+    }
+    out.extend(attempt(s, settling));
+    out.extend(aside(s, revised_as));
+    out.push((
+        "last replay err:",
+        s.last_replay_error.clone().unwrap_or_else(|| "-".into()),
+    ));
+    out
+}
+
+/// What the row is, where it came from and where a replay sends it.
+fn identity(row: &DeadLetter) -> Vec<(&'static str, String)> {
+    let s = &row.summary;
+    let routing_key = s
+        .routing_key
+        .clone()
+        .or_else(|| {
+            s.source_queue
+                .clone()
+                .map(|q| format!("{q} (the source queue)"))
+        })
+        .unwrap_or_else(|| "(none: give --routing-key to replay)".into());
+    vec![
+        ("id:", s.id.clone()),
+        ("state:", s.state.as_str().into()),
+        ("sha256:", row.sha256()),
+        ("body bytes:", row.body.len().to_string()),
+        ("headers bytes:", row.headers_json.len().to_string()),
+        ("reason:", s.reason.clone()),
+        ("attempts:", s.attempts.to_string()),
+        ("dead-lettered at:", time_or(s.dead_lettered_at, UNREADABLE)),
+        ("event id:", opt(&s.event_id)),
+        ("producer:", opt(&s.producer)),
+        ("schema version:", opt(&s.schema_version)),
+        ("source queue:", opt(&s.source_queue)),
+        (
+            "exchange:",
+            s.exchange
+                .clone()
+                .unwrap_or_else(|| "(default exchange)".into()),
+        ),
+        ("routing key:", routing_key),
+        ("error:", s.error.clone().unwrap_or_default()),
+        (
+            "replayed at:",
+            s.replayed_at.map(time).unwrap_or_else(|| "-".into()),
+        ),
+    ]
+}
+
+/// Who holds the row's lease, until when, or that it lapsed.
+fn lease(s: &dlq::model::Summary, db_now: chrono::DateTime<chrono::Utc>) -> String {
+    match (&s.replay_claim_owner, s.replay_claim_expires_at) {
         (Some(owner), Some(until)) if s.v1_claim && s.replayed_at.is_none() => format!(
             "a claim by {owner} until {} taken by a tool older than this schema (dlq v1); nobody holds its token",
             time(until)
         ),
-        (Some(owner), Some(until)) if s.replayed_at.is_none() && until > row.db_now => format!(
+        (Some(owner), Some(until)) if s.replayed_at.is_none() && until > db_now => format!(
             "held by {owner} until {} ({}s left)",
             time(until),
-            (until - row.db_now).num_seconds()
+            (until - db_now).num_seconds()
         ),
         (Some(owner), Some(until)) if s.replayed_at.is_none() => {
             format!("lapsed at {} (was {owner})", time(until))
         }
         _ => "-".into(),
-    };
-    kv("lease:", lease);
-    for (col, stored) in &s.unreadable {
-        kv(
-            "unreadable:",
-            format!("{col} holds {stored}, which is no time dlq can read"),
-        );
     }
+}
+
+/// An open attempt: when, and who may still settle it.
+fn attempt(s: &dlq::model::Summary, settling: Option<Settling>) -> Vec<(&'static str, String)> {
+    let mut out = Vec::new();
     match (s.replay_attempt_at, settling) {
-        (Some(at), Some(Settling::V1Claim)) => kv(
+        (Some(at), Some(Settling::V1Claim)) => out.push((
             "attempt at:",
             format!("unknown, before {} (the upgrade from dlq v1)", time(at)),
-        ),
-        (Some(at), _) => kv("attempt at:", time(at)),
+        )),
+        (Some(at), _) => out.push(("attempt at:", time(at))),
         _ => {}
     }
     match settling {
-        Some(Settling::Running { until }) => kv(
+        Some(Settling::Running { until }) => out.push((
             "settling until:",
             format!(
                 "{} (the run that attempted it may still settle it; `dlq resolve` waits until then)",
                 time(until)
             ),
-        ),
-        Some(Settling::V1Claim) => kv(
+        )),
+        Some(Settling::V1Claim) => out.push((
             "settling:",
             "claimed by a tool older than this schema: nobody can settle it but `dlq resolve`"
                 .into(),
-        ),
+        )),
         _ => {}
     }
+    out
+}
+
+/// Set aside, or a revision of (or revised as) another row.
+fn aside(s: &dlq::model::Summary, revised_as: Option<&str>) -> Vec<(&'static str, String)> {
+    let mut out = Vec::new();
     if let Some(at) = s.discarded_at {
-        kv(
-            "discarded at:",
-            format!("{} ({})", time(at), s.discard_note.as_deref().unwrap_or("")),
-        );
+        let note = s.discard_note.as_deref().unwrap_or("");
+        out.push(("discarded at:", format!("{} ({note})", time(at))));
     }
     if let Some(of) = &s.revision_of {
-        kv(
-            "revision of:",
-            format!("{of} (`dlq diff {of} {}` shows the change)", s.id),
-        );
+        let how = format!("{of} (`dlq diff {of} {}` shows the change)", s.id);
+        out.push(("revision of:", how));
     }
     if let Some(rev) = revised_as {
-        kv(
-            "revised as:",
-            format!("{rev} (replay that one; this one is set aside)"),
-        );
+        let what = format!("{rev} (replay that one; this one is set aside)");
+        out.push(("revised as:", what));
     }
-    kv(
-        "last replay err:",
-        s.last_replay_error.clone().unwrap_or_else(|| "-".into()),
-    );
     out
 }
 

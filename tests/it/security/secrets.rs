@@ -108,3 +108,48 @@ fn broker_password_stays_out_of_verbose_logs_and_flags_warn() {
     assert!(!r.stderr.contains("visible to other users"));
     assert_eq!(rabbit.count(&q), 1);
 }
+
+/// Once broke: clap's usage error echoes the argument it refuses, and a password with a
+/// `'` (clap's own quote), a `/` or a space, or given as `?password=`, went out whole.
+#[test]
+fn a_usage_error_never_echoes_a_password_of_the_line() {
+    let db = TestDb::new(Backend::Sqlite);
+    for url in [
+        format!("postgres://u:pa'{CANARY}@h/db"),
+        format!("postgres://u:pa/{CANARY}@h/db"),
+        format!("postgres://u:p {CANARY}@h/db"),
+        format!("amqp://u:pa\"{CANARY}@h"),
+        format!("postgres://h/db?password={CANARY}"),
+    ] {
+        for args in [
+            vec!["list", url.as_str()],
+            vec!["list", "--limit", url.as_str()],
+            vec!["--bogus", url.as_str(), "list"],
+        ] {
+            let r = db.dlq(&args);
+            assert_eq!(r.code, 2, "{args:?}: {}", r.all());
+            assert!(!r.all().contains(CANARY), "{args:?}: {}", r.all());
+        }
+    }
+}
+
+/// Once broke: an argument that is not UTF-8 before the command word panicked (exit 101),
+/// and the panic printed it, password and all.
+#[test]
+fn an_argument_that_is_not_utf8_is_a_usage_error() {
+    use std::os::unix::ffi::OsStrExt;
+    let db = TestDb::new(Backend::Sqlite);
+    let mut raw = format!("postgres://u:pa'{CANARY}").into_bytes();
+    raw.extend_from_slice(b"\xff@h/db");
+    let arg = std::ffi::OsStr::from_bytes(&raw);
+    let out = db
+        .cmd()
+        .arg("--database-url")
+        .arg(arg)
+        .arg("list")
+        .output()
+        .unwrap();
+    let r = Run::from(out);
+    assert_eq!(r.code, 2, "{}", r.all());
+    assert!(!r.all().contains(CANARY), "{}", r.all());
+}
