@@ -88,6 +88,7 @@ pub async fn run(ctx: &Ctx, args: PruneArgs) -> Result<u8> {
             thousands(matched),
             time(before)
         ));
+        say(&format!("  database:        {}", ctx.database_url()?));
         if !confirm(ctx, "Delete them?").await? {
             say("declined; nothing was deleted");
             return Ok(dlq::exit::NOT_DONE);

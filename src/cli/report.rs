@@ -255,6 +255,7 @@ where
             "About to {verb} {what} ({}): {note}",
             change.meaning
         ));
+        say(&format!("  database:        {}", ctx.database_url()?));
         if !sel.single {
             super::output::say_lines(&super::breakdown::lines(store, &sel.ids).await?);
         }

@@ -73,7 +73,7 @@ pub async fn run(ctx: &Ctx, args: ResolveArgs) -> Result<u8> {
     let store = ctx.store_for_writes().await?;
     let (ids, single) = select(store.as_ref(), &args).await?;
     if !single {
-        if let Some(code) = consent(ctx, &args, &ids).await? {
+        if let Some(code) = consent(ctx, store.as_ref(), &args, &ids).await? {
             return Ok(code);
         }
     }
@@ -144,7 +144,12 @@ async fn select(store: &dyn Store, args: &ResolveArgs) -> Result<(Vec<String>, b
 }
 
 /// Asks before a selection is resolved; `Some(exit code)` when the command ends here.
-async fn consent(ctx: &Ctx, args: &ResolveArgs, ids: &[String]) -> Result<Option<u8>> {
+async fn consent(
+    ctx: &Ctx,
+    store: &dyn Store,
+    args: &ResolveArgs,
+    ids: &[String],
+) -> Result<Option<u8>> {
     if ids.is_empty() {
         say("no uncertain dead letters match; nothing to resolve");
         return Ok(Some(dlq::exit::OK));
@@ -159,6 +164,8 @@ async fn consent(ctx: &Ctx, args: &ResolveArgs, ids: &[String]) -> Result<Option
             thousands(ids.len() as i64),
             args.note
         ));
+        say(&format!("  database:        {}", ctx.database_url()?));
+        super::output::say_lines(&super::breakdown::lines(store, ids).await?);
         if !confirm(ctx, "Resolve them?").await? {
             say("declined; nothing was changed");
             return Ok(Some(dlq::exit::NOT_DONE));

@@ -133,7 +133,41 @@ fn a_bulk_discard_prompt_names_producers_and_schema_versions() {
     );
     assert!(r.stdout.contains("billing 2, orders 1"), "{}", r.stdout);
     assert!(r.stdout.contains("schema versions: 5 3"), "{}", r.stdout);
+    assert!(
+        r.stdout.contains(&format!("database:        {}", db.url)),
+        "{}",
+        r.stdout
+    );
     assert_eq!(db.show("b1")["state"], "pending", "declined: {}", r.all());
+}
+
+/// Once broke: `resolve` of a selection asked "About to resolve 2 dead letters as not
+/// delivered" naming neither the database nor which producers they come from.
+#[test]
+fn a_bulk_resolve_prompt_names_the_database_and_the_mix() {
+    let db = TestDb::migrated(Backend::Sqlite);
+    for (id, producer) in [("u1", "billing"), ("u2", "billing"), ("u3", "orders")] {
+        let mut l = letter(id, "q", b"{}");
+        l["producer"] = producer.into();
+        // An open attempt: uncertain.
+        l["replay_attempt_at"] = "2026-01-01T00:00:00Z".into();
+        db.add(l);
+    }
+    assert_eq!(db.show("u1")["state"], "uncertain");
+    let r = on_a_terminal(
+        &db,
+        &[],
+        "resolve --state uncertain --not-delivered --note t",
+        "\n",
+    );
+    assert!(r.stdout.contains("About to resolve 3"), "{}", r.stdout);
+    assert!(r.stdout.contains("billing 2, orders 1"), "{}", r.stdout);
+    assert!(
+        r.stdout.contains(&format!("database:        {}", db.url)),
+        "{}",
+        r.stdout
+    );
+    assert_eq!(db.show("u1")["state"], "uncertain", "declined: {}", r.all());
 }
 
 /// On a terminal, `migrate` asks before creating a SQLite file that does not exist, and
