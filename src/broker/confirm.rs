@@ -36,6 +36,17 @@ fn lost(e: &lapin::Error) -> Waited {
     Waited::Lost(scrub(&e.to_string()), nowhere)
 }
 
+/// Whether this publish's target leads nowhere: returned as unroutable (312), or lost to
+/// a 404 that names its exchange.
+fn nowhere_of(w: &Waited, back: Option<&(String, u16)>, target: &Target) -> Option<Nowhere> {
+    match (w, back) {
+        (Waited::Known(_), _) => None,
+        (_, Some((_, 312))) => Some(Nowhere::NoRoute),
+        (Waited::Lost(text, n), None) => n.filter(|_| names_exchange(text, target)),
+        _ => None,
+    }
+}
+
 /// Whether a 404's text (`no exchange 'X' in vhost ...`) is about this publish's exchange:
 /// the 404 closes the channel for every confirm still open, also those of publishes to
 /// other exchanges (the default one always exists).
@@ -105,15 +116,7 @@ impl Publisher {
             .into_iter()
             .map(|(id, target, w)| {
                 let back = returned.get(&id);
-                let nowhere = match (&w, back) {
-                    (Waited::Known(_), _) => None,
-                    (_, Some((_, 312))) => Some(Nowhere::NoRoute),
-                    (Waited::Lost(text, Some(Nowhere::NoExchange)), None) => {
-                        names_exchange(text, &target).then_some(Nowhere::NoExchange)
-                    }
-                    (Waited::Lost(_, n), None) => *n,
-                    _ => None,
-                };
+                let nowhere = nowhere_of(&w, back, &target);
                 let result = self.judge(&target, w, back.map(|(why, _)| why), unmatched);
                 Judged {
                     id,
