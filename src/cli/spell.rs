@@ -165,7 +165,7 @@ mod tests {
                     }
                     let end = format!("\"{}", "#".repeat(hashes));
                     let mut lit = String::new();
-                    while let Some(c) = chars.next() {
+                    for c in chars.by_ref() {
                         lit.push(c);
                         if lit.ends_with(&end) {
                             lit.truncate(lit.len() - end.len());
@@ -232,11 +232,8 @@ mod tests {
         let (flags, commands) = cli_names();
         let flag = regex::Regex::new(r"--([a-z][a-z0-9-]*)").expect("regex");
         let command = regex::Regex::new(r"(\S*)\s*\bdlq ([a-z-]+)").expect("regex");
-        let mut files = Vec::new();
-        library_sources(
-            &Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
-            &mut files,
-        );
+        let (root, mut files) = (Path::new(env!("CARGO_MANIFEST_DIR")), Vec::new());
+        library_sources(&root.join("src"), &mut files);
         assert!(files.len() > 20, "{files:?}");
         let mut found = Vec::new();
         for f in &files {
