@@ -2,6 +2,7 @@
 //! are not errors: they are [`crate::model::Outcome`]s, reported on stdout.
 
 use crate::exit;
+use crate::spell::{Cmd, InWords, Spell, Words};
 
 pub type Result<T, E = DlqError> = std::result::Result<T, E>;
 
@@ -12,9 +13,9 @@ pub type Result<T, E = DlqError> = std::result::Result<T, E>;
 pub enum DlqError {
     /// Bad arguments or input the user can fix by retyping (exit 2).
     #[error("{0}")]
-    Usage(String),
+    Usage(Words),
     /// The database has no (or an older) dlq schema.
-    #[error("the database has no dlq schema or an older one: run `dlq migrate` first ({0})")]
+    #[error("{}", schema_missing(.0, &InWords))]
     SchemaMissing(String),
     /// The config file or a profile in it is unusable (exit 1: bad configuration).
     #[error("{0}")]
@@ -45,18 +46,28 @@ pub enum DlqError {
     },
     /// Anything else that prevents running: connection, configuration, I/O.
     #[error("{0}")]
-    Other(String),
+    Other(Words),
     /// Ctrl-C or SIGTERM before anything was changed (at a prompt): exit 130.
     #[error("{0}")]
     Interrupted(String),
 }
 
 impl DlqError {
-    pub fn usage(msg: impl Into<String>) -> Self {
+    pub fn usage(msg: impl Into<Words>) -> Self {
         DlqError::Usage(msg.into())
     }
-    pub fn other(msg: impl Into<String>) -> Self {
+    pub fn other(msg: impl Into<Words>) -> Self {
         DlqError::Other(msg.into())
+    }
+
+    /// The error's text, the CLI things it names spelled by `s` (its `Display` spells
+    /// them in words).
+    pub fn render(&self, s: &dyn Spell) -> String {
+        match self {
+            DlqError::Usage(w) | DlqError::Other(w) => w.spell(s),
+            DlqError::SchemaMissing(cause) => schema_missing(cause, s),
+            _ => self.to_string(),
+        }
     }
 
     /// The documented exit code for this error.
@@ -74,6 +85,13 @@ impl DlqError {
             DlqError::Interrupted(_) => exit::INTERRUPTED,
         }
     }
+}
+
+fn schema_missing(cause: &str, s: &dyn Spell) -> String {
+    format!(
+        "the database has no dlq schema or an older one: run {} first ({cause})",
+        s.command(Cmd::Migrate)
+    )
 }
 
 /// The driver's text of a cause, scrubbed of secrets, as `: text` (an error's text can
@@ -103,16 +121,17 @@ impl<T> IoContext<T> for std::result::Result<T, std::io::Error> {
     }
 }
 
-/// The error and its causes on one line, `outer: inner: ...`. A [`DlqError`] already
-/// says its cause, so the chain stops there.
-pub fn one_line(e: &(dyn std::error::Error + 'static)) -> String {
+/// The error and its causes on one line, `outer: inner: ...`, what a [`DlqError`] names
+/// spelled by `s`. A `DlqError` already says its cause, so the chain stops there.
+pub fn one_line(e: &(dyn std::error::Error + 'static), s: &dyn Spell) -> String {
     let mut parts = Vec::new();
     let mut next = Some(e);
     while let Some(err) = next {
-        parts.push(err.to_string());
-        if err.is::<DlqError>() {
+        if let Some(d) = err.downcast_ref::<DlqError>() {
+            parts.push(d.render(s));
             break;
         }
+        parts.push(err.to_string());
         next = err.source();
     }
     parts.join(": ")
@@ -129,13 +148,16 @@ mod tests {
             .io_context(|| "cannot read plan.json".into())
             .unwrap_err();
         assert!(std::error::Error::source(&e).is_some());
-        assert_eq!(one_line(&e), "cannot read plan.json: no such file");
+        assert_eq!(
+            one_line(&e, &InWords),
+            "cannot read plan.json: no such file"
+        );
         let e = DlqError::Unavailable {
             what: "connection lost".into(),
             source: Some(sqlx::Error::PoolClosed),
         };
         assert!(std::error::Error::source(&e).is_some());
-        let text = one_line(&e);
+        let text = one_line(&e, &InWords);
         assert!(text.starts_with("database: connection lost: "), "{text}");
         // The cause is said once, though it is both in the text and the source.
         assert_eq!(text.matches("closed").count(), 1, "{text}");

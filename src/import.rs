@@ -15,6 +15,7 @@
 
 use crate::error::{DlqError, IoContext, Result};
 use crate::model::{sha256_hex, token_operator, validate_id, HistoryEntry};
+use crate::spell::{words, Cmd, Words};
 use crate::store::NewDeadLetter;
 use base64::Engine;
 use chrono::{DateTime, Utc};
@@ -30,9 +31,16 @@ use std::rc::Rc;
 pub const MAX_LINE_BYTES: usize = 96 * 1024 * 1024;
 
 fn bad(line: usize, field: &str, msg: impl std::fmt::Display) -> DlqError {
-    DlqError::usage(format!(
-        "line {line}: field {field}: {msg} (nothing was imported)"
-    ))
+    bad_words(line, field, words(msg.to_string()))
+}
+
+/// [`bad`], the message naming CLI things.
+fn bad_words(line: usize, field: &str, msg: Words) -> DlqError {
+    DlqError::usage(
+        words(format!("line {line}: field {field}: "))
+            .and(msg)
+            .text(" (nothing was imported)"),
+    )
 }
 
 /// Where the reader is, shared with [`Tracker`] while serde_json owns it.
@@ -493,13 +501,15 @@ fn check_readable(line: usize, obj: &Map<String, Value>) -> Result<()> {
         .and_then(Value::as_object)
         .and_then(|m| m.iter().next())
     {
-        return Err(bad(
+        return Err(bad_words(
             line,
             "unreadable",
-            format!(
+            words(format!(
                 "the source database holds {stored} in {col}, which is no time: fix that row \
-                 there (dlq show names it) and export it again"
-            ),
+                 there ("
+            ))
+            .cmd(Cmd::Show)
+            .text(" names it) and export it again"),
         ));
     }
     Ok(())

@@ -19,6 +19,7 @@ pub mod replay;
 pub mod revise;
 pub mod sanitize;
 pub mod secret;
+pub mod spell;
 pub mod store;
 pub mod timeparse;
 pub mod topology;

@@ -2,11 +2,15 @@
 
 use crate::error::{DlqError, Result};
 use crate::exit;
+use crate::spell::{words, Flag, Words};
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 use std::fmt;
+
+mod content;
+pub use content::{ContentMatch, MatchOn};
 
 /// Shown where the effective producer, schema version or source queue is unknown.
 pub const UNKNOWN: &str = "(unknown)";
@@ -66,7 +70,9 @@ impl State {
             }
         }
         if out.is_empty() {
-            return Err(DlqError::usage("--state is empty"));
+            return Err(DlqError::usage(
+                Words::default().flag(Flag::State).text(" is empty"),
+            ));
         }
         Ok(out)
     }
@@ -104,83 +110,6 @@ pub struct Filter {
     /// `--revisions`: only revisions made by `dlq edit`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub revisions: bool,
-}
-
-/// A `--header KEY=VALUE` or `--field PATH=VALUE` condition. The value at the key (or
-/// dotted path of object keys) matches when, as text, it equals `value`: a JSON string as
-/// its value, a number, `true`, `false` or `null` as its JSON text as written; an array
-/// or object when `value` is the same JSON (whitespace aside). Bound as parameters, never
-/// a pattern: `%`, `_`, `*` and quotes are plain characters.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct ContentMatch {
-    pub key: String,
-    pub value: String,
-}
-
-impl ContentMatch {
-    /// Parses `KEY=VALUE` (split at the first `=`) for the option `--{flag}`; `dotted`
-    /// for a path of object keys (`customer.id`).
-    pub fn parse(flag: &str, s: &str, dotted: bool) -> Result<ContentMatch> {
-        let what = if dotted { "PATH=VALUE" } else { "KEY=VALUE" };
-        let Some((key, value)) = s.split_once('=') else {
-            return Err(DlqError::usage(format!("--{flag} {s:?}: expected {what}")));
-        };
-        let m = ContentMatch {
-            key: key.to_string(),
-            value: value.to_string(),
-        };
-        let segments: Vec<&str> = if dotted { m.path() } else { vec![key] };
-        for seg in segments {
-            if seg.is_empty() {
-                return Err(DlqError::usage(format!(
-                    "--{flag} {s:?}: an empty {} in {what}",
-                    if dotted { "key" } else { "KEY" }
-                )));
-            }
-            // SQLite's JSON paths quote keys with `"` and cannot escape one.
-            if seg.contains('"') || seg.chars().any(char::is_control) {
-                return Err(DlqError::usage(format!(
-                    "--{flag} {s:?}: a key cannot hold a double quote or a control character"
-                )));
-            }
-        }
-        if m.value.contains('\0') {
-            return Err(DlqError::usage(format!("--{flag}: the value holds a NUL")));
-        }
-        Ok(m)
-    }
-
-    /// The object keys from the top of the document (a header name is one key).
-    pub fn path(&self) -> Vec<&str> {
-        self.key.split('.').collect()
-    }
-
-    /// The value as JSON when it is an array or object, for a comparison as JSON.
-    pub fn value_json(&self) -> Option<&str> {
-        match serde_json::from_str::<serde_json::Value>(&self.value) {
-            Ok(serde_json::Value::Array(_) | serde_json::Value::Object(_)) => {
-                Some(self.value.as_str())
-            }
-            _ => None,
-        }
-    }
-
-    /// Texts that a matching document holds, byte for byte, unless it spells them with a
-    /// JSON escape (then it holds a backslash): the last key in quotes, and a scalar
-    /// value as typed. A cheap test that rules out most rows before any JSON is parsed,
-    /// and never a matching one.
-    pub fn needles(&self, dotted: bool) -> Vec<String> {
-        let key = if dotted {
-            self.path().last().copied().unwrap_or_default()
-        } else {
-            self.key.as_str()
-        };
-        let mut out = vec![format!("\"{key}\"")];
-        if self.value_json().is_none() && !self.value.is_empty() {
-            out.push(self.value.clone());
-        }
-        out
-    }
 }
 
 /// A dead letter without its body: what `list` prints. Field order is the contract's.
@@ -431,24 +360,29 @@ impl Dimension {
                 .into_iter()
                 .find(|d| d.name() == part)
                 .ok_or_else(|| {
-                    DlqError::usage(format!(
-                        "unknown --by dimension {part:?}: expected a comma list of {}",
+                    DlqError::usage(words("unknown ").flag(Flag::By).text(format!(
+                        " dimension {part:?}: expected a comma list of {}",
                         Dimension::ALL.map(|d| d.name()).join(", ")
-                    ))
+                    )))
                 })?;
             if out.contains(&d) {
-                return Err(DlqError::usage(format!("--by names {part:?} twice")));
+                return Err(by(&format!(" names {part:?} twice")));
             }
             out.push(d);
         }
         if out.is_empty() {
-            return Err(DlqError::usage("--by needs at least one dimension"));
+            return Err(by(" needs at least one dimension"));
         }
         if out.contains(&Dimension::Hour) && out.contains(&Dimension::Day) {
-            return Err(DlqError::usage("--by takes hour or day, not both"));
+            return Err(by(" takes hour or day, not both"));
         }
         Ok(out)
     }
+}
+
+/// A usage error about the aggregate's dimensions: the option, then `rest`.
+fn by(rest: &str) -> DlqError {
+    DlqError::usage(Words::default().flag(Flag::By).text(rest))
 }
 
 /// The value of one dimension in a group.
@@ -491,12 +425,49 @@ pub struct HistoryEntry {
     pub plan_id: Option<String>,
 }
 
+/// What a history entry records. Stored as [`HistoryAction::as_str`]: the contract's
+/// names, which stored rows and scripts reading `show -o json` depend on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HistoryAction {
+    Claim,
+    Attempt,
+    Release,
+    Replay,
+    Resolve,
+    Discard,
+    Restore,
+    Note,
+    Edit,
+}
+
+impl HistoryAction {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HistoryAction::Claim => "claim",
+            HistoryAction::Attempt => "attempt",
+            HistoryAction::Release => "release",
+            HistoryAction::Replay => "replay",
+            HistoryAction::Resolve => "resolve",
+            HistoryAction::Discard => "discard",
+            HistoryAction::Restore => "restore",
+            HistoryAction::Note => "note",
+            HistoryAction::Edit => "edit",
+        }
+    }
+}
+
+impl fmt::Display for HistoryAction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// A history line to append (the time is the database's).
 #[derive(Debug, Clone)]
 pub struct NewHistory {
     pub dead_letter_id: String,
     pub operator: String,
-    pub action: &'static str,
+    pub action: HistoryAction,
     pub outcome: Outcome,
     pub detail: String,
     pub token: Option<String>,

@@ -10,6 +10,7 @@ use crate::error::{DlqError, Result};
 use crate::model::{validate_id, Filter, Outcome, UNKNOWN};
 use crate::publisher::{unless_stopped, Broker};
 use crate::replay::{replay_batch, Item, ItemReport, ReplayOptions};
+use crate::spell::{words, Cmd, Flag, Spell};
 use crate::store::{PlanCandidate, Store};
 
 mod pace;
@@ -66,21 +67,26 @@ impl Plan {
                 .map_err(|e| DlqError::usage(format!("cannot read plan {}: {e}", path.display())))?
         };
         let plan: Plan = serde_json::from_str(&text).map_err(|e| {
-            DlqError::usage(format!(
-                "{} is not a plan written by `dlq plan`: {e}",
-                path.display()
-            ))
+            DlqError::usage(
+                words(format!("{} is not a plan written by ", path.display()))
+                    .cmd(Cmd::Plan)
+                    .text(format!(": {e}")),
+            )
         })?;
         let mut seen = std::collections::HashMap::new();
         for (n, item) in plan.items.iter().enumerate() {
             validate_id(&item.id)?;
             if let Some(first) = seen.insert(item.id.as_str(), n + 1) {
-                return Err(DlqError::usage(format!(
-                    "{} lists dead letter {:?} twice (items {first} and {}); `dlq plan` never does: write the plan again",
-                    path.display(),
-                    item.id,
-                    n + 1
-                )));
+                return Err(DlqError::usage(
+                    words(format!(
+                        "{} lists dead letter {:?} twice (items {first} and {}); ",
+                        path.display(),
+                        item.id,
+                        n + 1
+                    ))
+                    .cmd(Cmd::Plan)
+                    .text(" never does: write the plan again"),
+                ));
             }
         }
         if plan.count != plan.items.len() {
@@ -99,10 +105,11 @@ impl Plan {
                 )))
             }
             Some(d) if *d != plan.compute_digest() => {
-                return Err(DlqError::usage(format!(
-                    "{} was edited after `dlq plan` wrote it (its filters, items or counts no longer match its digest): write the plan again",
-                    path.display()
-                )))
+                return Err(DlqError::usage(
+                    words(format!("{} was edited after ", path.display()))
+                        .cmd(Cmd::Plan)
+                        .text(" wrote it (its filters, items or counts no longer match its digest): write the plan again"),
+                ))
             }
             Some(_) => {}
         }
@@ -167,13 +174,20 @@ fn mix_of(c: &[PlanCandidate]) -> BTreeMap<String, BTreeMap<String, usize>> {
     mix
 }
 
+/// Whether a plan may mix reasons, producers or schema versions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mix {
+    Refuse,
+    Allow,
+}
+
 /// Freezes the selection; refuses a mix of reasons, producers or schema versions unless
-/// `allow_mixed`.
+/// [`Mix::Allow`].
 pub async fn make_plan(
     store: &dyn Store,
     filter: Filter,
     limit: i64,
-    allow_mixed: bool,
+    mix_ok: Mix,
     operator: &str,
 ) -> Result<Plan> {
     let candidates = store.plan_candidates(&filter, limit).await?;
@@ -191,11 +205,14 @@ pub async fn make_plan(
             format!("{dim}: {}", counts.join(", "))
         })
         .collect();
-    if !mixed.is_empty() && !allow_mixed {
-        return Err(DlqError::usage(format!(
-            "the selection is not homogeneous ({}); narrow the filters or pass --allow-mixed",
-            mixed.join("; ")
-        )));
+    if !mixed.is_empty() && mix_ok == Mix::Refuse {
+        return Err(DlqError::usage(
+            words(format!(
+                "the selection is not homogeneous ({}); narrow the filters or pass ",
+                mixed.join("; ")
+            ))
+            .flag(Flag::AllowMixed),
+        ));
     }
     let matched = if (candidates.len() as i64) < limit {
         candidates.len()
@@ -207,7 +224,7 @@ pub async fn make_plan(
         created_at: store.now().await?,
         created_by: operator.to_string(),
         filters: filter,
-        allow_mixed,
+        allow_mixed: mix_ok == Mix::Allow,
         mix,
         count: candidates.len(),
         items: candidates
@@ -254,6 +271,13 @@ struct Shared<F> {
     on_event: F,
 }
 
+/// Whether a signal asked the run to stop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Signal {
+    Received,
+    NotReceived,
+}
+
 impl<F> Shared<F> {
     /// How many more items may be taken now. With `--max-failures N` a run in which every
     /// item fails attempts at most N + 10: items in flight and failures never exceed
@@ -274,12 +298,12 @@ impl<F> Shared<F> {
     /// The run's end, once every worker has settled what it had in flight: only now is
     /// it known whether anything came of a run that could not go on (another worker's
     /// batch may have been out, unconfirmed, when one worker's claim failed).
-    fn end(mut self, interrupted: bool) -> Result<RunSummary> {
+    fn end(mut self, signal: Signal, spell: &dyn Spell) -> Result<RunSummary> {
         if let Some((what, e)) = self.failed.take() {
             if self.summary.done == 0 {
                 return Err(e);
             }
-            let cause = crate::replay::cause_text(&e);
+            let cause = crate::replay::cause_text(&e, spell);
             let detail = match what {
                 Unavailable::TargetQueue => format!(
                     "{cause}; stopping: the items not reached were not published"
@@ -290,7 +314,7 @@ impl<F> Shared<F> {
             };
             self.summary.stop_unavailable(what, detail);
         }
-        if interrupted && self.summary.done < self.summary.total {
+        if signal == Signal::Received && self.summary.done < self.summary.total {
             self.summary.stop(
                 StopReason::Interrupted,
                 "interrupted; the items in flight were settled".into(),
@@ -361,7 +385,11 @@ pub async fn run_plan(
     };
     futures_util::future::join_all((0..opts.workers.max(1)).map(|_| worker())).await;
     let shared = shared.into_inner().unwrap_or_else(|e| e.into_inner());
-    shared.end(interrupted.load(Ordering::SeqCst))
+    let signal = match interrupted.load(Ordering::SeqCst) {
+        true => Signal::Received,
+        false => Signal::NotReceived,
+    };
+    shared.end(signal, &*opts.replay.spell)
 }
 
 /// One run of a plan, shared by its workers.
@@ -534,8 +562,9 @@ impl<F: FnMut(RunEvent<'_>)> Run<'_, F> {
             if sh.failures >= max && sh.summary.stopped.is_none() {
                 sh.summary.stopped = Some(StopReason::MaxFailures);
                 sh.summary.stop_detail = Some(format!(
-                    "stopped after {} failures (--max-failures {max})",
-                    sh.failures
+                    "stopped after {} failures ({} {max})",
+                    sh.failures,
+                    self.opts.replay.spell.flag(Flag::MaxFailures)
                 ));
                 self.stop.store(true, Ordering::SeqCst);
             }

@@ -6,8 +6,8 @@
 
 pub use crate::broker::codec::{replay_headers, to_field_table, DEAD_LETTER_ID_HEADER};
 pub use crate::broker::connect::{
-    open_connection, open_first_connection, parse_amqp_url, validate_amqp_url, ConnectError,
-    ConnectOptions, TlsFiles,
+    open_connection, open_first_connection, parse_amqp_url, validate_amqp_url, ClientIdentity,
+    ConnectError, ConnectOptions, TlsFiles,
 };
 pub use crate::broker::publish::{
     Judged, Nowhere, OutgoingMessage, PublishResult, Publisher, PublisherOptions, Sent, Target,

@@ -28,7 +28,7 @@ pub use retry::{cause_text, Notice, Notices, Step, DEFAULT_SETTLE_TIMEOUT};
 pub use why::{why_unavailable, RowUnavailable};
 
 use crate::error::Result;
-use crate::model::{DeadLetter, NewHistory, Outcome, Summary};
+use crate::model::{DeadLetter, HistoryAction, NewHistory, Outcome, Summary};
 use crate::publisher::{replay_headers, to_field_table, Broker, OutgoingMessage, Target};
 use crate::store::Store;
 use chrono::{DateTime, Utc};
@@ -290,7 +290,7 @@ impl<'a> Batch<'a> {
     fn entry(
         &self,
         id: &str,
-        action: &'static str,
+        action: HistoryAction,
         outcome: Outcome,
         detail: &str,
         token: &str,

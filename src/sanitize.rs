@@ -27,10 +27,19 @@
 
 use std::borrow::Cow;
 
-/// Whether `c` is shown escaped; `keep_layout` keeps newline and tab (a body view).
-pub fn needs_escape(c: char, keep_layout: bool) -> bool {
+/// What of a text's layout is kept when it is shown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// One line: newline and tab are escaped too.
+    Line,
+    /// A block (a body view): newline and tab are kept.
+    Block,
+}
+
+/// Whether `c` is shown escaped in the `layout`.
+pub fn needs_escape(c: char, layout: Layout) -> bool {
     match c {
-        '\n' | '\t' => !keep_layout,
+        '\n' | '\t' => layout == Layout::Line,
         '\0'..='\u{1f}' | '\u{7f}'..='\u{9f}' => true,
         '\u{061c}'
         | '\u{200e}'
@@ -42,13 +51,13 @@ pub fn needs_escape(c: char, keep_layout: bool) -> bool {
     }
 }
 
-fn escape(s: &str, keep_layout: bool) -> Cow<'_, str> {
-    if !s.chars().any(|c| needs_escape(c, keep_layout)) {
+fn escape(s: &str, layout: Layout) -> Cow<'_, str> {
+    if !s.chars().any(|c| needs_escape(c, layout)) {
         return Cow::Borrowed(s);
     }
     let mut out = String::with_capacity(s.len() + 16);
     for c in s.chars() {
-        if !needs_escape(c, keep_layout) {
+        if !needs_escape(c, layout) {
             out.push(c);
             continue;
         }
@@ -66,13 +75,13 @@ fn escape(s: &str, keep_layout: bool) -> Cow<'_, str> {
 /// One line: every control character escaped, newline and tab included. For table cells,
 /// field values, progress and error lines.
 pub fn line(s: &str) -> Cow<'_, str> {
-    escape(s, false)
+    escape(s, Layout::Line)
 }
 
 /// A block of text (a body, pretty-printed headers, a command's plain output): newline and
 /// tab kept, everything else of the class escaped; `\r` is escaped too.
 pub fn block(s: &str) -> Cow<'_, str> {
-    escape(s, true)
+    escape(s, Layout::Block)
 }
 
 /// A Markdown table cell: [`line`], then `\`, `|` and backticks escaped so that a value
@@ -91,7 +100,7 @@ pub fn markdown_cell(s: &str) -> String {
 
 /// Whether `s` holds nothing [`line`] would escape.
 pub fn is_clean_line(s: &str) -> bool {
-    !s.chars().any(|c| needs_escape(c, false))
+    !s.chars().any(|c| needs_escape(c, Layout::Line))
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@ use super::codec::DEAD_LETTER_ID_HEADER;
 use super::publish::{Judged, Nowhere, PublishResult, Publisher, Sent, Target};
 use super::reply::is_not_found;
 use crate::secret::scrub;
+use crate::spell::{words, Flag};
 use crate::topology::BrokerTopology;
 use futures_util::FutureExt;
 use lapin::types::AMQPValue;
@@ -25,9 +26,16 @@ enum Waited {
     Known(PublishResult),
     Confirmation(Box<Confirmation>),
     /// No answer by the deadline, or interrupted: the future is kept to look at once more.
-    Open(std::pin::Pin<Box<PublisherConfirm>>, &'static str),
+    Open(std::pin::Pin<Box<PublisherConfirm>>, Unanswered),
     /// The channel or connection closed; `Some` when the broker said the exchange is missing.
     Lost(String, Option<Nowhere>),
+}
+
+/// Why a confirm is still open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Unanswered {
+    Interrupted,
+    TimedOut,
 }
 
 /// The error of a lost confirm, and whether it was the broker's 404 (no such exchange).
@@ -70,8 +78,10 @@ impl Publisher {
                     match until_deadline_or_stop(&mut confirm, s.deadline, stop).await {
                         Some(Ok(c)) => Waited::Confirmation(Box::new(c)),
                         Some(Err(e)) => lost(&e),
-                        None if stop.load(Ordering::SeqCst) => Waited::Open(confirm, "interrupted"),
-                        None => Waited::Open(confirm, "timeout"),
+                        None if stop.load(Ordering::SeqCst) => {
+                            Waited::Open(confirm, Unanswered::Interrupted)
+                        }
+                        None => Waited::Open(confirm, Unanswered::TimedOut),
                     }
                 }
             };
@@ -152,37 +162,37 @@ impl Publisher {
         let confirmation = match (w, returned) {
             (Waited::Known(r), _) => return r,
             (_, Some(why)) => {
-                return PublishResult::Failed(format!(
+                return PublishResult::Failed(words(format!(
                     "the broker returned it as unroutable: {why}"
-                ))
+                )))
             }
-            (Waited::Open(_, "interrupted"), None) => return PublishResult::Uncertain(
+            (Waited::Open(_, Unanswered::Interrupted), None) => return PublishResult::Uncertain(
                 "interrupted after publishing, before the broker's confirm: the message may or may not have been published".into(),
             ),
             (Waited::Open(..), None) => {
-                return PublishResult::Uncertain(format!(
+                return PublishResult::Uncertain(words(format!(
                     "no publisher confirm from {host} within {}: the message may or may not have been published",
                     humantime::format_duration(self.opts.confirm_timeout)
-                ))
+                )))
             }
-            (Waited::Lost(e, _), None) => return PublishResult::Uncertain(format!(
+            (Waited::Lost(e, _), None) => return PublishResult::Uncertain(words(format!(
                 "the connection to {host} was lost after publishing and before the confirm ({e}): the message may or may not have been published"
-            )),
+            ))),
             (Waited::Confirmation(c), None) => *c,
         };
         match confirmation {
             Confirmation::NotRequested => PublishResult::Uncertain(
                 "the channel was not in confirm mode; the outcome is unknown".into(),
             ),
-            _ if unmatched > 0 => PublishResult::Uncertain(format!(
+            _ if unmatched > 0 => PublishResult::Uncertain(words(format!(
                 "the broker returned {unmatched} message(s) without an x-dead-letter-id header on this channel, so returns cannot be matched to rows: this one may or may not have been routed"
-            )),
+            ))),
             Confirmation::Ack(_) => PublishResult::Confirmed,
             Confirmation::Nack(_) if target.exchange.is_empty() => default_exchange_nack(self.opts.topology),
-            Confirmation::Nack(_) => PublishResult::Uncertain(format!(
+            Confirmation::Nack(_) => PublishResult::Uncertain(words(format!(
                 "the broker refused it (nack) through exchange {}: one bound queue refused it while others may hold it",
                 target.exchange
-            )),
+            ))),
         }
     }
 }
@@ -198,7 +208,9 @@ fn default_exchange_nack(topology: BrokerTopology) -> PublishResult {
             "the broker refused it (nack) in a cluster: a queue whose node or leader went away is nacked even when a replica kept the message".into(),
         ),
         BrokerTopology::Unknown => PublishResult::Uncertain(
-            "the broker refused it (nack) on the default exchange, and dlq does not know that the broker is one node: a cluster, also one behind a single address, nacks what a replica may still hold. If this broker is one node, say so (--broker-topology single, DLQ_BROKER_TOPOLOGY=single or broker_topology = \"single\" in the profile) and such a nack is publish_failed".into(),
+            words("the broker refused it (nack) on the default exchange, and dlq does not know that the broker is one node: a cluster, also one behind a single address, nacks what a replica may still hold. If this broker is one node, say so (")
+                .setting(Flag::BrokerTopology, "single")
+                .text(") and such a nack is publish_failed"),
         ),
     }
 }

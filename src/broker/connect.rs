@@ -5,6 +5,7 @@
 use crate::broker::reply::{connect_failure, ConnectFailure};
 use crate::error::{DlqError, Result};
 use crate::secret::{scrub, SecretUrl};
+use crate::spell::{words, Flag, Spell};
 use lapin::tcp::{OwnedIdentity, OwnedTLSConfig};
 use lapin::types::LongString;
 use lapin::uri::AMQPUri;
@@ -17,9 +18,15 @@ use tokio::time::timeout;
 pub struct TlsFiles {
     /// PEM bundle of CAs to trust (default: the system's roots).
     pub ca_file: Option<std::path::PathBuf>,
-    /// PEM client certificate and PKCS#8 PEM key, for client-certificate authentication.
-    pub client_cert: Option<std::path::PathBuf>,
-    pub client_key: Option<std::path::PathBuf>,
+    /// For client-certificate authentication.
+    pub client: Option<ClientIdentity>,
+}
+
+/// A PEM client certificate and its PKCS#8 PEM key: one is no use without the other.
+#[derive(Debug, Clone)]
+pub struct ClientIdentity {
+    pub cert: std::path::PathBuf,
+    pub key: std::path::PathBuf,
 }
 
 impl TlsFiles {
@@ -36,17 +43,12 @@ impl TlsFiles {
             })?),
             None => None,
         };
-        let identity = match (&self.client_cert, &self.client_key) {
-            (Some(c), Some(k)) => Some(OwnedIdentity::PKCS8 {
-                pem: read(c, "client certificate")?,
-                key: read(k, "client key")?,
+        let identity = match &self.client {
+            Some(c) => Some(OwnedIdentity::PKCS8 {
+                pem: read(&c.cert, "client certificate")?,
+                key: read(&c.key, "client key")?,
             }),
-            (None, None) => None,
-            _ => {
-                return Err(
-                    DlqError::usage("--amqp-client-cert and --amqp-client-key go together").into(),
-                )
-            }
+            None => None,
         };
         Ok(OwnedTLSConfig {
             identity,
@@ -98,6 +100,14 @@ fn join(errors: &[ConnectError]) -> String {
 }
 
 impl ConnectError {
+    /// The error's text, what it names of the CLI spelled by `s`.
+    pub fn render(&self, s: &dyn Spell) -> String {
+        match self {
+            ConnectError::Setup(e) => e.render(s),
+            other => other.to_string(),
+        }
+    }
+
     pub(crate) fn broker(what: impl Into<String>, source: lapin::Error) -> Self {
         ConnectError::Broker {
             what: what.into(),
@@ -134,10 +144,14 @@ pub fn parse_amqp_url(url: &SecretUrl) -> Result<AMQPUri> {
         _ => return Err(bad("no host".into())),
     };
     if !u.username().is_empty() && u.password().is_none() {
-        return Err(DlqError::usage(format!(
-            "AMQP URL {url} names user {:?} but no password; give one (or use --amqp-url-file) rather than relying on a default",
-            u.username()
-        )));
+        return Err(DlqError::usage(
+            words(format!(
+                "AMQP URL {url} names user {:?} but no password; give one (or use ",
+                u.username()
+            ))
+            .flag(Flag::AmqpUrlFile)
+            .text(") rather than relying on a default"),
+        ));
     }
     let decode = |s: &str| {
         url::form_urlencoded::parse(format!("x={}", s.replace('+', "%2B")).as_bytes())

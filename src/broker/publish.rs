@@ -6,6 +6,7 @@
 use super::connect::{open_connection, ConnectError, ConnectOptions, TlsFiles};
 use super::reply::is_not_found;
 use crate::secret::{scrub, SecretUrl};
+use crate::spell::{words, Words};
 use crate::topology::BrokerTopology;
 use lapin::options::{BasicPublishOptions, ConfirmSelectOptions, QueueDeclareOptions};
 use lapin::types::{FieldTable, ShortString};
@@ -49,12 +50,12 @@ pub enum PublishResult {
     /// Ack with no returned message.
     Confirmed,
     /// The broker certainly does not have it.
-    Failed(String),
+    Failed(Words),
     /// It may have been published.
-    Uncertain(String),
+    Uncertain(Words),
     /// The publish itself did not complete: its frames may still sit in this process's
     /// send queue and go out later, so the row's lease must not end early.
-    Stalled(String),
+    Stalled(Words),
 }
 
 /// A message ready to publish: body byte for byte, headers, properties. The body is
@@ -191,7 +192,7 @@ impl Publisher {
             confirm,
             deadline,
         };
-        let not_sent = |why: String| sent(Err(PublishResult::Failed(why)));
+        let not_sent = |why: String| sent(Err(PublishResult::Failed(why.into())));
         if self.conn.status().blocked() {
             return not_sent(format!(
                 "RabbitMQ at {} has blocked publishing (memory or disk alarm); nothing was sent",
@@ -229,16 +230,19 @@ impl Publisher {
         }
         sent(match result {
             Ok(Ok(c)) => Ok(Box::pin(c)),
-            Ok(Err(e)) => Err(PublishResult::Stalled(format!(
-                "the connection to {} failed while publishing ({}); the broker may have the message",
-                self.host,
-                scrub(&e.to_string())
-            ))),
-            Err(_) => Err(PublishResult::Stalled(format!(
+            Ok(Err(e)) => Err(PublishResult::Stalled(
+                format!(
+                    "the connection to {} failed while publishing ({}); the broker may have the message",
+                    self.host,
+                    scrub(&e.to_string())
+                )
+                .into(),
+            )),
+            Err(_) => Err(PublishResult::Stalled(words(format!(
                 "publishing to {} did not complete within {}; the broker may have the message, and it may still go out while this run lasts",
                 self.host,
                 humantime::format_duration(self.opts.confirm_timeout)
-            ))),
+            )))),
         })
     }
 

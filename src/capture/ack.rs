@@ -7,6 +7,7 @@ use super::session::{broker_text, Held, Session};
 use super::{park, CaptureOptions, CaptureSummary, Event};
 use crate::broker::Publisher;
 use crate::error::{DlqError, Result};
+use crate::spell::{words, Flag};
 use lapin::options::{BasicAckOptions, BasicNackOptions};
 use tokio::time::timeout;
 
@@ -36,12 +37,16 @@ pub(super) async fn settle(
         let Some(park) = &opts.park_queue else {
             hand_back(session, &batch, &refused).await;
             let (i, why) = &refused[0];
-            return Err(DlqError::other(format!(
-                "a message from {} cannot be stored{}: {why}; it is back in the queue, nothing was dropped ({} stored before it in this run). Give --park-queue QUEUE to set such messages aside and go on",
-                opts.queue,
-                describe(&batch[*i]),
-                summary.captured
-            )));
+            return Err(DlqError::other(
+                words(format!(
+                    "a message from {} cannot be stored{}: {why}; it is back in the queue, nothing was dropped ({} stored before it in this run). Give ",
+                    opts.queue,
+                    describe(&batch[*i]),
+                    summary.captured
+                ))
+                .flag(Flag::ParkQueue)
+                .text(" QUEUE to set such messages aside and go on"),
+            ));
         };
         for (i, why) in &refused {
             park::park_one(opts, park, &batch[*i], why, parker).await?;

@@ -7,6 +7,7 @@ use super::session::{cancel, held, queue_is_empty, Held, Session, SessionEnd};
 use super::Run;
 use super::{Event, Stopped, MAX_BATCH_BYTES};
 use crate::error::{DlqError, Result};
+use crate::spell::Flag;
 use crate::store::{CaptureOutcome, CapturedLetter, Store};
 use futures_util::StreamExt;
 use serde_json::Value;
@@ -57,7 +58,7 @@ pub(super) async fn run_session(
             cancel(session, run.opts).await;
             return Ok(SessionEnd::Done(Stopped::Max));
         }
-        let want = (run.opts.batch as u64).min(remaining) as usize;
+        let want = (run.opts.batch.get() as u64).min(remaining) as usize;
         let mut batch: Vec<Held> = std::mem::take(&mut carried);
         let filled = fill(run, &mut consumer, &session.host, &mut batch, want).await;
         if let Filled::Lost(why) = filled {
@@ -167,7 +168,10 @@ impl Run<'_> {
         let task = tokio::spawn(store_batch(
             self.store.clone(),
             self.opts.reason.clone(),
-            self.opts.max_body_bytes,
+            BodyLimit {
+                bytes: self.opts.max_body_bytes,
+                flag: self.opts.spell.flag(Flag::MaxBodyBytes),
+            },
             batch,
         ));
         (task, n)
@@ -199,6 +203,12 @@ impl Run<'_> {
     }
 }
 
+/// The largest body stored, and the option that sets it as the caller spells it.
+pub(super) struct BodyLimit {
+    bytes: usize,
+    flag: String,
+}
+
 /// A batch after its transaction: what was inserted, found already there, or refused.
 pub(super) struct StoredBatch {
     pub batch: Vec<Held>,
@@ -213,7 +223,7 @@ pub(super) struct StoredBatch {
 pub(super) async fn store_batch(
     store: Arc<dyn Store>,
     reason: Option<String>,
-    max_body_bytes: usize,
+    limit: BodyLimit,
     batch: Vec<Held>,
 ) -> Result<StoredBatch> {
     let started = Instant::now();
@@ -222,12 +232,14 @@ pub(super) async fn store_batch(
     let mut rows: Vec<CapturedLetter> = Vec::with_capacity(batch.len());
     let mut row_of: Vec<Option<usize>> = Vec::with_capacity(batch.len());
     for (i, h) in batch.iter().enumerate() {
-        if h.body.len() > max_body_bytes {
+        if h.body.len() > limit.bytes {
             refused.push((
                 i,
                 format!(
-                    "its body of {} bytes is over the limit of {max_body_bytes} bytes (--max-body-bytes)",
+                    "its body of {} bytes is over the limit of {} bytes ({})",
                     h.body.len(),
+                    limit.bytes,
+                    limit.flag,
                 ),
             ));
             row_of.push(None);

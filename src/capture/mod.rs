@@ -28,10 +28,11 @@ use crate::broker::connect::ConnectOptions;
 use crate::broker::Publisher;
 use crate::error::{DlqError, Result};
 use crate::secret::SecretUrl;
+use crate::spell::{InWords, Spell};
 use crate::store::Store;
 use crate::topology::BrokerTopology;
 use serde::Serialize;
-use session::{open_session, SessionEnd};
+use session::{open_session, SessionEnd, Which};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -59,7 +60,7 @@ pub struct CaptureOptions {
     /// Keep consuming (and reconnecting) until stopped, instead of until the queue is empty.
     pub follow: bool,
     /// Messages per transaction and ack.
-    pub batch: usize,
+    pub batch: std::num::NonZeroUsize,
     /// Where a message that cannot be stored goes; without it the capture stops there.
     pub park_queue: Option<String>,
     pub max_body_bytes: usize,
@@ -72,6 +73,8 @@ pub struct CaptureOptions {
     pub linger: Duration,
     /// Longest wait between two reconnection attempts (`--follow`).
     pub max_backoff: Duration,
+    /// How the caller spells the options a parked message's reason names.
+    pub spell: Arc<dyn Spell>,
 }
 
 impl CaptureOptions {
@@ -82,7 +85,7 @@ impl CaptureOptions {
             reason: None,
             max: None,
             follow: false,
-            batch: 500,
+            batch: std::num::NonZeroUsize::new(500).expect("not zero"),
             park_queue: None,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             connect,
@@ -90,6 +93,7 @@ impl CaptureOptions {
             topology: BrokerTopology::Unknown,
             linger: Duration::from_millis(50),
             max_backoff: Duration::from_secs(15),
+            spell: Arc::new(InWords),
         }
     }
 }
@@ -148,9 +152,6 @@ pub async fn capture(
     mut stop: watch::Receiver<bool>,
     mut on_event: impl FnMut(Event<'_>),
 ) -> Result<CaptureSummary> {
-    if opts.batch == 0 {
-        return Err(DlqError::usage("--batch must be at least 1"));
-    }
     // Checks that `dlq migrate` has added the capture key, before taking any message.
     store.capture(&[]).await?;
     let started = Instant::now();
@@ -175,7 +176,7 @@ pub async fn capture(
         summary: &mut summary,
         parker: &mut parker,
         backoff: Duration::from_millis(250),
-        first: true,
+        which: Which::First,
     };
     let result = run.sessions(&mut on_event).await;
     if let Some(p) = parker.take() {
@@ -195,7 +196,7 @@ pub(crate) struct Run<'a> {
     pub parker: &'a mut Option<Publisher>,
     /// The wait before the next reconnection attempt; reset by each acked batch.
     pub backoff: Duration,
-    first: bool,
+    which: Which,
 }
 
 impl Run<'_> {
@@ -206,9 +207,9 @@ impl Run<'_> {
             if *self.stop.borrow() {
                 return Ok(Stopped::Interrupted);
             }
-            let end = match open_session(self.opts, self.summary, self.first).await {
+            let end = match open_session(self.opts, self.summary, self.which).await {
                 Ok(Some(session)) => {
-                    self.first = false;
+                    self.which = Which::Reconnect;
                     on_event(Event::Connected {
                         host: &session.host,
                     });
@@ -217,8 +218,8 @@ impl Run<'_> {
                     end
                 }
                 Ok(None) => Ok(SessionEnd::Done(Stopped::Empty)),
-                Err(e) if self.first => Err(e),
-                Err(e) => Ok(SessionEnd::Lost(e.to_string())),
+                Err(e) if self.which == Which::First => Err(e),
+                Err(e) => Ok(SessionEnd::Lost(e.render(&*self.opts.spell))),
             };
             match end? {
                 SessionEnd::Done(why) => return Ok(why),

@@ -8,14 +8,19 @@ use super::{CaptureOptions, PARK_ERROR_HEADER};
 use crate::broker::connect::ConnectError;
 use crate::broker::{OutgoingMessage, PublishResult, Publisher, PublisherOptions, Target};
 use crate::error::{DlqError, Result};
+use crate::spell::{words, Flag, Words};
 use lapin::types::{AMQPValue, LongString};
 
 /// Opens the parking connection (to the first node that answers) and checks that the
 /// parking queue exists.
 pub(super) async fn connect(opts: &CaptureOptions, park: &str) -> Result<Publisher> {
-    let publisher = connect_first(opts)
-        .await
-        .map_err(|e| DlqError::other(format!("connecting for --park-queue {park}: {e}")))?;
+    let publisher = connect_first(opts).await.map_err(|e| {
+        DlqError::other(
+            words("connecting for ")
+                .flag(Flag::ParkQueue)
+                .text(format!(" {park}: {e}")),
+        )
+    })?;
     if let Some(missing) = missing(&publisher, opts, park).await {
         publisher.close().await;
         return Err(missing);
@@ -27,10 +32,16 @@ pub(super) async fn connect(opts: &CaptureOptions, park: &str) -> Result<Publish
 /// or the broker did not say).
 async fn missing(publisher: &Publisher, opts: &CaptureOptions, park: &str) -> Option<DlqError> {
     match publisher.queue_exists(park).await {
-        Ok(false) => Some(DlqError::other(format!(
-            "the park queue {park} does not exist (in this vhost): declare it, or give another --park-queue; every message not yet acked is still in {}",
-            opts.queue
-        ))),
+        Ok(false) => Some(DlqError::other(
+            words(format!(
+                "the park queue {park} does not exist (in this vhost): declare it, or give another "
+            ))
+            .flag(Flag::ParkQueue)
+            .text(format!(
+                "; every message not yet acked is still in {}",
+                opts.queue
+            )),
+        )),
         _ => None,
     }
 }
@@ -43,11 +54,15 @@ pub(super) async fn park_one(
     why: &str,
     parker: &mut Option<Publisher>,
 ) -> Result<()> {
-    let fail = |e: String| {
-        DlqError::other(format!(
-            "a message from {} cannot be stored ({why}) and could not be parked in {park}: {e}; it is back in the queue, nothing was dropped",
-            opts.queue
-        ))
+    let fail = |e: Words| {
+        DlqError::other(
+            words(format!(
+                "a message from {} cannot be stored ({why}) and could not be parked in {park}: ",
+                opts.queue
+            ))
+            .and(e)
+            .text("; it is back in the queue, nothing was dropped"),
+        )
     };
     if parker.as_ref().is_some_and(|p| !p.is_usable()) {
         if let Some(p) = parker.take() {

@@ -47,24 +47,33 @@ pub(super) fn broker_text(e: &lapin::Error) -> String {
     scrub(&e.to_string())
 }
 
+/// Which session of a run this is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Which {
+    /// The first: every failure is an error.
+    First,
+    /// After a session was lost: failures are reported for a reconnect.
+    Reconnect,
+}
+
 /// Connects, checks the queue and starts consuming. `Ok(None)`: the queue is empty and
 /// the run is not `--follow` (nothing to do). On the first session every failure is an
 /// error; later ones are reported for a reconnect.
 pub(super) async fn open_session(
     opts: &CaptureOptions,
     summary: &CaptureSummary,
-    first: bool,
+    which: Which,
 ) -> Result<Option<Session>> {
     let (conn, host, _) = open_first_connection(&opts.urls, &opts.connect)
         .await
-        .map_err(|e| DlqError::other(e.to_string()))?;
+        .map_err(|e| DlqError::other(e.render(&*opts.spell)))?;
     let wait = opts.connect.connect_timeout;
     let opened = Opening {
         opts,
         host: &host,
         wait,
     }
-    .consume(&conn, summary, first)
+    .consume(&conn, summary, which)
     .await;
     match opened {
         Ok(Some((channel, consumer))) => Ok(Some(Session {
@@ -108,15 +117,19 @@ impl Opening<'_> {
         &self,
         conn: &Connection,
         summary: &CaptureSummary,
-        first: bool,
+        which: Which,
     ) -> Result<Option<(Channel, lapin::Consumer)>> {
         let opts = self.opts;
         let channel = self
             .step("opening a channel", conn.create_channel())
             .await?
             .map_err(|e| self.fail("opening a channel", broker_text(&e)))?;
-        let q = ShortString::try_new(opts.queue.clone())
-            .map_err(|_| DlqError::usage("--queue: a queue name is at most 255 bytes"))?;
+        let q = ShortString::try_new(opts.queue.clone()).map_err(|_| {
+            DlqError::usage(format!(
+                "queue {:?}: a queue name is at most 255 bytes",
+                opts.queue
+            ))
+        })?;
         let count = self.message_count(&channel, q.clone()).await?;
         if count == 0 && !opts.follow {
             return Ok(None);
@@ -128,7 +141,7 @@ impl Opening<'_> {
         // Room for the batch being stored, the one being received and the next one on its
         // way; never more than --max asks for, so that no message is taken only to be
         // handed back.
-        let prefetch = (opts.batch as u64 * 3)
+        let prefetch = (opts.batch.get() as u64 * 3)
             .min(remaining)
             .clamp(1, u16::MAX as u64) as u16;
         self.step(
@@ -137,7 +150,7 @@ impl Opening<'_> {
         )
         .await?
         .map_err(|e| self.fail("setting the prefetch", broker_text(&e)))?;
-        let consumer = self.start_consuming(&channel, q, first).await?;
+        let consumer = self.start_consuming(&channel, q, which).await?;
         tracing::debug!(host = %self.host, queue = %opts.queue, prefetch, "consuming");
         Ok(Some((channel, consumer)))
     }
@@ -164,7 +177,7 @@ impl Opening<'_> {
         &self,
         channel: &Channel,
         q: ShortString,
-        first: bool,
+        which: Which,
     ) -> Result<lapin::Consumer> {
         let tag = format!("dlq-capture-{}", uuid::Uuid::new_v4().simple());
         let exclusive = BasicConsumeOptions {
@@ -175,7 +188,7 @@ impl Opening<'_> {
             channel.basic_consume(q, tag.as_str().into(), exclusive, FieldTable::default());
         match self.step("consuming", consume).await? {
             Ok(c) => Ok(c),
-            Err(e) if first && refusal(&e) == Some(Refusal::AccessRefused) => {
+            Err(e) if which == Which::First && refusal(&e) == Some(Refusal::AccessRefused) => {
                 Err(DlqError::other(format!(
                     "queue {:?} on {} already has a consumer, and capture consumes exclusively (is another dlq capture running?): {}",
                     self.opts.queue,

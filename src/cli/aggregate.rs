@@ -24,7 +24,7 @@ pub struct DimList(pub Vec<Dimension>);
 fn parse_by(s: &str) -> Result<DimList, String> {
     Dimension::parse_list(s)
         .map(DimList)
-        .map_err(|e| e.to_string())
+        .map_err(|e| e.render(&super::spell::Commands))
 }
 
 /// A bar of up to 30 cells, at least one for any non-zero count.

@@ -212,9 +212,9 @@ pub enum Command {
     /// Export dead letters as JSON lines that `import` reads back byte for byte
     Export(export::ExportArgs),
     /// Set dead letters aside with a note: never claimed, planned or replayed
-    Discard(discard::DiscardArgs),
+    Discard(set_aside::DiscardArgs),
     /// Make discarded dead letters pending again, with a note
-    Restore(restore::RestoreArgs),
+    Restore(set_aside::RestoreArgs),
     /// Add a note to a dead letter's history
     Note(note::NoteArgs),
     /// Fix a dead letter's content as a revision (the original is set aside)

@@ -12,8 +12,14 @@ impl Ctx {
     pub fn tls_files(&self) -> dlq::publisher::TlsFiles {
         dlq::publisher::TlsFiles {
             ca_file: self.global.amqp_ca_file.clone(),
-            client_cert: self.global.amqp_client_cert.clone(),
-            client_key: self.global.amqp_client_key.clone(),
+            // clap takes the two together or neither.
+            client: match (&self.global.amqp_client_cert, &self.global.amqp_client_key) {
+                (Some(cert), Some(key)) => Some(dlq::publisher::ClientIdentity {
+                    cert: cert.clone(),
+                    key: key.clone(),
+                }),
+                _ => None,
+            },
         }
     }
 

@@ -23,7 +23,7 @@ const EXAMPLES: &str = "Examples:
 #[command(after_long_help = EXAMPLES)]
 pub struct CaptureArgs {
     /// The RabbitMQ queue holding the dead letters (classic or quorum)
-    #[arg(long)]
+    #[arg(long, value_parser = queue_name)]
     pub queue: String,
     /// Store this reason for every message instead of the one mapped from x-death
     #[arg(long)]
@@ -46,6 +46,14 @@ pub struct CaptureArgs {
     /// Largest body stored; a larger one cannot be stored (bytes, or with KiB / MiB)
     #[arg(long, default_value = "64MiB", value_parser = parse_size)]
     pub max_body_bytes: usize,
+}
+
+/// A queue name AMQP can carry: at most 255 bytes.
+fn queue_name(s: &str) -> std::result::Result<String, String> {
+    match s.len() {
+        0..=255 => Ok(s.to_string()),
+        _ => Err("a queue name is at most 255 bytes".into()),
+    }
 }
 
 fn parse_size(s: &str) -> std::result::Result<usize, String> {
@@ -197,10 +205,13 @@ fn options(ctx: &Ctx, args: &CaptureArgs) -> Result<CaptureOptions> {
     opts.reason = args.reason.clone();
     opts.max = args.max;
     opts.follow = args.follow;
-    opts.batch = args.batch as usize;
+    // clap keeps it within 1..=10000.
+    opts.batch =
+        std::num::NonZeroUsize::new(args.batch as usize).unwrap_or(std::num::NonZeroUsize::MIN);
     opts.park_queue = args.park_queue.clone();
     opts.topology = ctx.broker_topology(&opts.urls)?;
     opts.max_body_bytes = args.max_body_bytes;
+    opts.spell = std::sync::Arc::new(super::spell::Commands);
     Ok(opts)
 }
 

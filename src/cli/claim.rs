@@ -5,7 +5,7 @@ use super::report::{emit, StepReport};
 use super::Ctx;
 use super::Result;
 use clap::Args;
-use dlq::model::{validate_id, Outcome};
+use dlq::model::{validate_id, HistoryAction, Outcome};
 use dlq::replay::new_token;
 use std::time::Duration;
 
@@ -37,7 +37,7 @@ pub async fn run(ctx: &Ctx, args: ClaimArgs) -> Result<u8> {
             ),
         )
     };
-    let history = claimed.history(&operator, "claim", Some(token.clone()));
+    let history = claimed.history(&operator, HistoryAction::Claim, Some(token.clone()));
     let rows = store
         .claim(
             std::slice::from_ref(&args.id),
@@ -54,7 +54,8 @@ pub async fn run(ctx: &Ctx, args: ClaimArgs) -> Result<u8> {
         None => {
             let r =
                 StepReport::unavailable(store.as_ref(), &args.id, Outcome::NotClaimed, "").await?;
-            r.record(store.as_ref(), &operator, "claim", None).await;
+            r.record(store.as_ref(), &operator, HistoryAction::Claim, None)
+                .await;
             r
         }
     };

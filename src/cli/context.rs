@@ -19,7 +19,7 @@ pub struct Ctx {
     pub profile: profile::Applied,
     /// The store [`Ctx::resolve_ids`] opened, handed to the command's
     /// first [`Ctx::store`]: one connection, and one connect timeout, per command.
-    pub opened: std::sync::Mutex<Option<Result<Box<dyn Store>>>>,
+    pub opened: std::sync::Mutex<Option<Box<dyn Store>>>,
 }
 
 impl Ctx {
@@ -27,7 +27,9 @@ impl Ctx {
     /// line or in the environment, a usage error (exit 2).
     pub(super) fn bad_value(origin: &Option<String>, e: DlqError) -> DlqError {
         match (origin, e) {
-            (Some(o), DlqError::Usage(m)) => DlqError::Config(format!("{o}: {m}")),
+            (Some(o), DlqError::Usage(m)) => {
+                DlqError::Config(format!("{o}: {}", m.spell(&super::spell::Commands)))
+            }
             (_, e) => e,
         }
     }
@@ -117,7 +119,7 @@ impl Ctx {
             statement_timeout: self.global.statement_timeout,
             lock_timeout: self.global.lock_timeout,
             busy_timeout: self.global.lock_timeout,
-            create: false,
+            if_missing: dlq::store::IfMissing::Refuse,
             max_connections: 1,
             long_running: false,
         }
@@ -128,7 +130,7 @@ impl Ctx {
     pub async fn store(&self) -> Result<Box<dyn Store>> {
         let opened = self.opened.lock().map(|mut o| o.take());
         if let Ok(Some(opened)) = opened {
-            return opened;
+            return Ok(opened);
         }
         let url = self.database_url()?;
         store::open(&url, &self.store_options())

@@ -2,7 +2,7 @@
 //! aside in the same transaction), by a jq program, paths, a whole new body, or the
 //! editor; one ID or each item of a reviewed plan.
 
-use super::prompt::{confirm, require_consent};
+use super::prompt::{confirm, require_consent, Consent};
 use super::report::StepReport;
 use super::Result;
 use super::{Ctx, Format};
@@ -337,8 +337,8 @@ pub fn worst(reports: &[EditReport]) -> u8 {
 }
 
 /// Asks before a plan edit (or refuses without a terminal and --yes).
-pub async fn consent(ctx: &Ctx, yes: bool, n: usize) -> Result<bool> {
-    if require_consent(ctx, yes, "edit a plan")? {
+pub async fn consent(ctx: &Ctx, consent: Consent, n: usize) -> Result<bool> {
+    if require_consent(ctx, consent, "edit a plan")? {
         return Ok(confirm(
             ctx,
             &format!("Make a revision of each of these {n} dead letters?"),

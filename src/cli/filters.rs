@@ -4,7 +4,9 @@
 use super::output::{say, thousands};
 use clap::Args;
 use dlq::error::{DlqError, Result};
-use dlq::model::{validate_filter_value, validate_id, ContentMatch, Dimension, Filter, State};
+use dlq::model::{
+    validate_filter_value, validate_id, ContentMatch, Dimension, Filter, MatchOn, State,
+};
 use dlq::plan::Plan;
 use dlq::store::Store;
 use dlq::timeparse::{parse_time, time_arg};
@@ -169,12 +171,12 @@ impl FilterArgs {
         let headers = self
             .headers
             .iter()
-            .map(|h| ContentMatch::parse("header", h, false))
+            .map(|h| ContentMatch::parse(MatchOn::Header, h))
             .collect::<Result<Vec<_>>>()?;
         let fields = self
             .fields
             .iter()
-            .map(|f| ContentMatch::parse("field", f, true))
+            .map(|f| ContentMatch::parse(MatchOn::Field, f))
             .collect::<Result<Vec<_>>>()?;
         Ok(Filter {
             grep: self.grep.clone(),

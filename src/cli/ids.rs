@@ -43,7 +43,7 @@ impl Ctx {
             }
         }
         if let Ok(mut slot) = self.opened.lock() {
-            *slot = Some(Ok(opened));
+            *slot = Some(opened);
         }
         Ok(())
     }

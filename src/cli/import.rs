@@ -4,6 +4,7 @@ use super::Result;
 use super::{Ctx, Format};
 use clap::Args;
 use dlq::error::DlqError;
+use dlq::store::OnExisting;
 use std::io::BufReader;
 use std::path::PathBuf;
 
@@ -32,7 +33,11 @@ pub async fn run(ctx: &Ctx, args: ImportArgs) -> Result<u8> {
         dlq::import::read_lines(BufReader::new(f))?
     };
     let store = ctx.store_for_writes().await?;
-    let report = store.import(rows, args.skip_existing).await?;
+    let existing = match args.skip_existing {
+        true => OnExisting::Skip,
+        false => OnExisting::Refuse,
+    };
+    let report = store.import(rows, existing).await?;
     store.close().await;
     match ctx.format {
         Format::Json => ctx.out.json(&report),

@@ -2,7 +2,7 @@
 
 use super::filters::FilterArgs;
 use super::output::say;
-use super::output::{opt, thousands, time_or, truncate, Column, Fit, UNREADABLE};
+use super::output::{opt, thousands, time_or, truncate, Column, Fit, JsonStyle, UNREADABLE};
 use super::Result;
 use super::{Ctx, Format};
 use clap::Args;
@@ -111,7 +111,10 @@ async fn render(ctx: &Ctx, store: &dyn dlq::store::Store, args: &ListArgs) -> Re
                 .await
         }
         Format::Json => {
-            let mut rows = ctx.out.json_array(args.watch.is_none());
+            let mut rows = ctx.out.json_array(match args.watch {
+                None => JsonStyle::Pretty,
+                Some(_) => JsonStyle::Line,
+            });
             let shown = store
                 .list_each(&filter, args.limit, &mut |r| {
                     rows.push(&r);

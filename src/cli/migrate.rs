@@ -26,7 +26,7 @@ pub async fn run(ctx: &Ctx, args: MigrateArgs) -> Result<u8> {
         }
     }
     let mut opts = ctx.store_options();
-    opts.create = true;
+    opts.if_missing = dlq::store::IfMissing::Create;
     let store = dlq::store::open(&url, &opts).await?;
     let applied = store.migrate().await?;
     store.close().await;

@@ -13,7 +13,6 @@ mod claim;
 mod completions;
 mod context;
 mod diff;
-mod discard;
 mod edit;
 mod export;
 mod filters;
@@ -34,9 +33,10 @@ mod release;
 mod replay;
 mod report;
 mod resolve;
-mod restore;
 mod serve;
+mod set_aside;
 mod show;
+mod spell;
 
 use clap::FromArgMatches;
 use dlq::error::DlqError;
@@ -56,7 +56,10 @@ pub use output::{say, Out};
 /// Prints the error as `dlq: error: ...` (its context and causes on one line) and
 /// returns its exit code: the one the library error says, else 1.
 fn report(e: &anyhow::Error) -> u8 {
-    say(&format!("dlq: error: {}", dlq::error::one_line(e.as_ref())));
+    say(&format!(
+        "dlq: error: {}",
+        dlq::error::one_line(e.as_ref(), &spell::Commands)
+    ));
     e.downcast_ref::<DlqError>()
         .map_or(dlq::exit::ERROR, DlqError::exit_code)
 }
@@ -225,8 +228,8 @@ async fn run(ctx: &Ctx, mut command: Command) -> Result<u8> {
         Command::Import(a) => import::run(ctx, a).await,
         Command::Capture(a) => capture::run(ctx, a).await,
         Command::Export(a) => export::run(ctx, a).await,
-        Command::Discard(a) => discard::run(ctx, a).await,
-        Command::Restore(a) => restore::run(ctx, a).await,
+        Command::Discard(a) => set_aside::discard(ctx, a).await,
+        Command::Restore(a) => set_aside::restore(ctx, a).await,
         Command::Note(a) => note::run(ctx, a).await,
         Command::Edit(a) => edit::run(ctx, a).await,
         Command::Diff(a) => diff::run(ctx, a).await,

@@ -6,7 +6,7 @@ use super::Ctx;
 use super::Result;
 use clap::Args;
 use dlq::error::DlqError;
-use dlq::model::{validate_id, Outcome};
+use dlq::model::{validate_id, HistoryAction, Outcome};
 
 #[derive(Debug, Args)]
 pub struct NoteArgs {
@@ -42,7 +42,7 @@ pub async fn run(ctx: &Ctx, args: NoteArgs) -> Result<u8> {
     } else {
         let r = StepReport::new(&args.id, Outcome::Noted, args.text.clone());
         store
-            .append_history(&[r.history(&operator, "note", None)])
+            .append_history(&[r.history(&operator, HistoryAction::Note, None)])
             .await?;
         r
     };

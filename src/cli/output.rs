@@ -42,6 +42,15 @@ pub struct Out {
     on_close: Mutex<Option<Arc<AtomicBool>>>,
 }
 
+/// How a JSON document is laid out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JsonStyle {
+    /// Indented, as [`Out::json`] writes it.
+    Pretty,
+    /// On one line, as [`Out::json_line`] writes it.
+    Line,
+}
+
 impl Out {
     pub fn new(format: Format, headers: Headers, colour: Colour) -> Self {
         Out {
@@ -136,12 +145,13 @@ impl Out {
         }
     }
 
-    /// A JSON array written as its items arrive, in the bytes [`Out::json`] (`pretty`) or
-    /// [`Out::json_line`] would write for the whole array, without holding it.
-    pub fn json_array(&self, pretty: bool) -> JsonArray<'_> {
+    /// A JSON array written as its items arrive, in the bytes [`Out::json`]
+    /// ([`JsonStyle::Pretty`]) or [`Out::json_line`] would write for the whole array,
+    /// without holding it.
+    pub fn json_array(&self, style: JsonStyle) -> JsonArray<'_> {
         JsonArray {
             out: self,
-            pretty,
+            pretty: style == JsonStyle::Pretty,
             buf: String::from("["),
             empty: true,
         }

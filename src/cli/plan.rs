@@ -9,7 +9,7 @@ use super::Result;
 use clap::Args;
 use dlq::error::DlqError;
 use dlq::model::State;
-use dlq::plan::make_plan;
+use dlq::plan::{make_plan, Mix};
 
 /// `dlq plan --help`.
 const EXAMPLES: &str = "Examples:
@@ -54,7 +54,10 @@ pub async fn run(ctx: &Ctx, args: PlanArgs) -> Result<u8> {
         store.as_ref(),
         filter,
         args.limit,
-        args.allow_mixed,
+        match args.allow_mixed {
+            true => Mix::Allow,
+            false => Mix::Refuse,
+        },
         &operator,
     )
     .await

@@ -110,8 +110,27 @@ async fn ask(ctx: &Ctx, prompt: &str) -> std::result::Result<bool, dialoguer::Er
         .map_err(|e| dialoguer::Error::IO(std::io::Error::other(e.to_string())))?
 }
 
-pub fn require_consent(ctx: &Ctx, yes: bool, what: &str) -> Result<bool> {
-    if yes {
+/// Whether the operator consented on the command line (`--yes`) or is to be asked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Consent {
+    Given,
+    Ask,
+}
+
+impl Consent {
+    /// From a command's `--yes`.
+    pub fn of(yes: bool) -> Self {
+        match yes {
+            true => Consent::Given,
+            false => Consent::Ask,
+        }
+    }
+}
+
+/// Whether to ask (`true`), or `Ok(false)` when consent was given; refused (usage) when
+/// there is no terminal to ask on.
+pub fn require_consent(ctx: &Ctx, consent: Consent, what: &str) -> Result<bool> {
+    if consent == Consent::Given {
         return Ok(false);
     }
     if !ctx.interactive() {

@@ -5,7 +5,7 @@
 use super::filters::FilterArgs;
 use super::output::say;
 use super::output::{thousands, time};
-use super::prompt::{confirm, require_consent, watch_signals};
+use super::prompt::{confirm, require_consent, watch_signals, Consent};
 use super::Result;
 use super::{Ctx, Format};
 use clap::Args;
@@ -82,7 +82,7 @@ pub async fn run(ctx: &Ctx, args: PruneArgs) -> Result<u8> {
         print(ctx, &report, &states_text);
         return Ok(dlq::exit::OK);
     }
-    if require_consent(ctx, args.yes, "prune")? {
+    if require_consent(ctx, Consent::of(args.yes), "prune")? {
         say(&format!(
             "About to delete {} dead letters ({states_text}) settled before {}, and their history",
             thousands(matched),

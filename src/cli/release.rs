@@ -4,7 +4,7 @@ use super::report::{emit, StepReport};
 use super::Ctx;
 use super::Result;
 use clap::Args;
-use dlq::model::{validate_id, Outcome};
+use dlq::model::{validate_id, HistoryAction, Outcome};
 
 #[derive(Debug, Args)]
 pub struct ReleaseArgs {
@@ -24,7 +24,7 @@ pub async fn run(ctx: &Ctx, args: ReleaseArgs) -> Result<u8> {
         Outcome::Released,
         "lease released; the dead letter can be replayed again",
     );
-    let entry = done.history(&operator, "release", Some(args.token.clone()));
+    let entry = done.history(&operator, HistoryAction::Release, Some(args.token.clone()));
     let released = store
         .release(std::slice::from_ref(&args.id), &args.token, None, &[entry])
         .await?;
@@ -41,7 +41,7 @@ pub async fn run(ctx: &Ctx, args: ReleaseArgs) -> Result<u8> {
         r.record(
             store.as_ref(),
             &operator,
-            "release",
+            HistoryAction::Release,
             Some(args.token.clone()),
         )
         .await;

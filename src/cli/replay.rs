@@ -5,7 +5,7 @@ mod progress;
 mod single;
 
 use super::output::say;
-use super::prompt::{confirm, require_consent, watch_signals_counted};
+use super::prompt::{confirm, require_consent, watch_signals_counted, Consent};
 use super::Ctx;
 use super::Result;
 use clap::Args;
@@ -225,7 +225,7 @@ pub async fn run(ctx: &Ctx, args: ReplayArgs) -> Result<u8> {
         settle_timeout: ctx.global.settle_timeout,
         interrupts: Default::default(),
         notices: notices(ctx.global.settle_timeout),
-        spell: std::sync::Arc::new(super::report::Commands),
+        spell: std::sync::Arc::new(super::spell::Commands),
     };
     let publisher_opts = PublisherOptions {
         connect_timeout: ctx.global.connect_timeout,
@@ -321,7 +321,7 @@ async fn group(
         None => None,
     };
     // Asked, or with --yes on a terminal: where it goes is said once before it starts.
-    let asking = require_consent(ctx, args.yes, "replay")?;
+    let asking = require_consent(ctx, Consent::of(args.yes), "replay")?;
     if asking || std::io::stderr().is_terminal() {
         let header = header(ctx, store.as_ref(), &plan, args, &amqp, &opts).await?;
         super::output::say_lines(&header);

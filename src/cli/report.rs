@@ -4,41 +4,14 @@
 use super::filters::Selection;
 use super::output::say;
 use super::output::thousands;
-use super::prompt::{confirm, require_consent};
+use super::prompt::{confirm, require_consent, Consent};
+use super::spell::Commands;
 use super::Result;
 use super::{Ctx, Format};
-use dlq::model::{IdStorage, NewHistory, Outcome, State};
-use dlq::replay::{why_unavailable, ItemReport, NextStep, Spell};
+use dlq::model::{HistoryAction, IdStorage, NewHistory, Outcome, State};
+use dlq::replay::{why_unavailable, ItemReport};
 use dlq::store::Store;
 use serde::Serialize;
-
-/// The CLI's spelling of what an operator does next: the command to type.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Commands;
-
-impl Spell for Commands {
-    fn next(&self, step: &NextStep) -> String {
-        match step {
-            NextStep::ShowRow => "`dlq show`".into(),
-            NextStep::Resolve => "`dlq resolve`".into(),
-            NextStep::ResolveEither { id } => {
-                format!("`dlq resolve {id} --delivered|--not-delivered`")
-            }
-            NextStep::ResolveDelivered { id } => format!("`dlq resolve {id} --delivered`"),
-            NextStep::ResolveNotDelivered { id } => format!("`dlq resolve {id} --not-delivered`"),
-            NextStep::GiveTarget => "give --routing-key".into(),
-            NextStep::ReleaseClaim => "`dlq release`".into(),
-            NextStep::CheckBinding => {
-                "check the queue's binding, or give --routing-key (and --exchange)".into()
-            }
-            NextStep::CheckExchange => "check the exchange's name, or give --exchange".into(),
-        }
-    }
-
-    fn given_claim(&self) -> String {
-        "the claim given with --token".into()
-    }
-}
 
 /// Why `row` is not available, with the commands to type.
 pub fn unavailable_words(row: &dlq::model::Summary, now: chrono::DateTime<chrono::Utc>) -> String {
@@ -131,7 +104,7 @@ impl StepReport {
     pub fn history(
         &self,
         operator: &str,
-        action: &'static str,
+        action: HistoryAction,
         token: Option<String>,
     ) -> NewHistory {
         NewHistory {
@@ -151,7 +124,7 @@ impl StepReport {
         &self,
         store: &dyn Store,
         operator: &str,
-        action: &'static str,
+        action: HistoryAction,
         token: Option<String>,
     ) {
         if self.outcome == Outcome::NotFound {
@@ -200,8 +173,8 @@ pub fn emit_item(ctx: &Ctx, r: &ItemReport) -> u8 {
 
 /// A change an operator applies to a selection (`discard`, `restore`).
 pub struct Change {
-    /// The history action (`discard`).
-    pub action: &'static str,
+    /// The history action, also the prompt's verb (`discard`).
+    pub action: HistoryAction,
     /// The state a row must be in (`pending` for a discard).
     pub from: State,
     /// What the change means, for the prompt ("never replayed until restored").
@@ -232,7 +205,7 @@ pub async fn confirm_and_apply<F, Fut>(
     store: &dyn Store,
     operator: &str,
     sel: &Selection,
-    yes: bool,
+    consent: Consent,
     note: &str,
     change: &Change,
     act: F,
@@ -241,12 +214,12 @@ where
     F: FnMut(Vec<String>, Vec<NewHistory>) -> Fut,
     Fut: std::future::Future<Output = dlq::error::Result<Vec<String>>>,
 {
-    let (verb, from) = (change.action, change.from.as_str());
+    let (verb, from) = (change.action.as_str(), change.from.as_str());
     if sel.ids.is_empty() {
         say(&format!("no {from} dead letters match; nothing to {verb}"));
         return Ok(dlq::exit::OK);
     }
-    if require_consent(ctx, yes, verb)? {
+    if require_consent(ctx, consent, verb)? {
         let what = match sel.single {
             true => sel.ids[0].clone(),
             false => format!("{} dead letters", thousands(sel.ids.len() as i64)),
@@ -271,7 +244,7 @@ where
             return Ok(dlq::exit::NOT_DONE);
         }
     }
-    apply_change(ctx, store, operator, &sel.ids, sel.single, change, act).await
+    apply_change(ctx, store, operator, sel, change, act).await
 }
 
 /// Applies `act` (the store step, which records the history of the rows it changes) to
@@ -281,8 +254,7 @@ pub async fn apply_change<F, Fut>(
     ctx: &Ctx,
     store: &dyn Store,
     operator: &str,
-    ids: &[String],
-    single: bool,
+    sel: &Selection,
     change: &Change,
     mut act: F,
 ) -> Result<u8>
@@ -292,6 +264,7 @@ where
 {
     let mut worst: Option<Outcome> = None;
     let mut changed_total = 0usize;
+    let (ids, single) = (&sel.ids, sel.single);
     for chunk in ids.chunks(1000) {
         let entries: Vec<NewHistory> = chunk
             .iter()

@@ -9,13 +9,13 @@
 use super::filters::FilterArgs;
 use super::output::say;
 use super::output::thousands;
-use super::prompt::{confirm, require_consent};
+use super::prompt::{confirm, require_consent, Consent};
 use super::report::{emit, StepReport};
 use super::Result;
 use super::{Ctx, Format};
 use clap::Args;
 use dlq::error::DlqError;
-use dlq::model::{validate_id, NewHistory, Outcome, State};
+use dlq::model::{validate_id, HistoryAction, NewHistory, Outcome, State};
 use dlq::plan::Plan;
 use dlq::store::{Resolution, Store};
 use std::collections::HashSet;
@@ -154,7 +154,7 @@ async fn consent(
         say("no uncertain dead letters match; nothing to resolve");
         return Ok(Some(dlq::exit::OK));
     }
-    if require_consent(ctx, args.yes, "resolve a selection")? {
+    if require_consent(ctx, Consent::of(args.yes), "resolve a selection")? {
         let decision = match args.delivered {
             true => "delivered",
             false => "not delivered",
@@ -195,7 +195,7 @@ async fn resolve_chunk(store: &dyn Store, chunk: &[String], how: &How<'_>) -> Re
         .map(|id| {
             StepReport::new(id, Outcome::Resolved, how.detail.to_string()).history(
                 how.operator,
-                "resolve",
+                HistoryAction::Resolve,
                 None,
             )
         })
@@ -236,6 +236,7 @@ async fn report_of(
         ));
     }
     let r = StepReport::unavailable(store, id, Outcome::NotResolved, "not resolved: ").await?;
-    r.record(store, how.operator, "resolve", None).await;
+    r.record(store, how.operator, HistoryAction::Resolve, None)
+        .await;
     Ok(r)
 }

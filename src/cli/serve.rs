@@ -54,7 +54,7 @@ impl Scraper {
             Err(e) => {
                 say(&format!(
                     "dlq: warning: metrics: the store did not answer: {}",
-                    dlq::error::one_line(&e)
+                    dlq::error::one_line(&e, &super::spell::Commands)
                 ));
                 cache.store = None;
                 render_down().unwrap_or_default()

@@ -9,6 +9,7 @@ use crate::error::{DlqError, Result};
 use crate::model::Outcome;
 use crate::publisher::{unless_stopped, Broker, NoConnection, Pacer};
 use crate::replay::{resolve_target, ItemReport, ReplayOptions};
+use crate::spell::{words, Flag, Words};
 use crate::store::Store;
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -129,9 +130,11 @@ pub async fn depth_target(
     opts: &ReplayOptions,
 ) -> Result<String> {
     if let Some(x) = opts.exchange.as_deref().filter(|x| !x.is_empty()) {
-        return Err(not_one_queue(&format!(
-            "--exchange {x:?} is a named exchange"
-        )));
+        return Err(not_one_queue(
+            Words::default()
+                .flag(Flag::Exchange)
+                .text(format!(" {x:?} is a named exchange")),
+        ));
     }
     let mut exchanges = BTreeSet::new();
     let mut queues = BTreeSet::new();
@@ -146,24 +149,30 @@ pub async fn depth_target(
         }
     }
     if let Some(x) = exchanges.first() {
-        return Err(not_one_queue(&format!(
+        return Err(not_one_queue(words(format!(
             "items of the plan publish to the named exchange {x:?}"
-        )));
+        ))));
     }
     let mut queues = queues.into_iter();
     match (queues.next(), queues.next()) {
         (Some(q), None) => Ok(q),
-        (Some(a), Some(b)) => Err(not_one_queue(&format!(
+        (Some(a), Some(b)) => Err(not_one_queue(words(format!(
             "items of the plan go to several queues ({a:?}, {b:?}, ...); make one plan per queue"
+        )))),
+        (None, _) => Err(not_one_queue(words(
+            "no item of the plan has a target queue",
         ))),
-        (None, _) => Err(not_one_queue("no item of the plan has a target queue")),
     }
 }
 
-fn not_one_queue(why: &str) -> DlqError {
-    DlqError::usage(format!(
-        "--max-target-depth reads the ready count of the one queue the replay goes to, but {why}: the depth of what an exchange routes to is not one queue's"
-    ))
+fn not_one_queue(why: Words) -> DlqError {
+    DlqError::usage(
+        Words::default()
+            .flag(Flag::MaxTargetDepth)
+            .text(" reads the ready count of the one queue the replay goes to, but ")
+            .and(why)
+            .text(": the depth of what an exchange routes to is not one queue's"),
+    )
 }
 
 /// The ready count of `queue`; `Ok(None)` when interrupted while connecting.

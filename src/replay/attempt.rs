@@ -5,7 +5,7 @@
 use super::reason::Reason;
 use super::why::why_unavailable;
 use super::{build_message, new_token, Batch, LEASE_MARGIN};
-use crate::model::{NewHistory, Outcome, State, Summary};
+use crate::model::{HistoryAction, NewHistory, Outcome, State, Summary};
 use crate::publisher::{unless_stopped, Broker, NoConnection, Sent, Target, Turn};
 use crate::store::Store;
 use chrono::Utc;
@@ -55,7 +55,7 @@ impl<'a> Batch<'a> {
         if let Err(NoConnection::Failed(cause)) = &connected {
             let ids: Vec<String> = ready.iter().map(|(id, _)| id.clone()).collect();
             let why = Reason::NoConnection {
-                cause: cause.to_string(),
+                cause: cause.render(&*self.opts.spell),
             };
             self.release(store, &ids, &token, Outcome::PublishFailed, why)
                 .await;
@@ -158,7 +158,8 @@ impl<'a> Batch<'a> {
             .iter()
             .map(|(id, t)| {
                 let detail = format!("publishing to {t}");
-                let mut e = self.entry(id, "attempt", Outcome::Attempted, &detail, new);
+                let mut e =
+                    self.entry(id, HistoryAction::Attempt, Outcome::Attempted, &detail, new);
                 e.target = Some(t.to_string());
                 e
             })
@@ -168,7 +169,7 @@ impl<'a> Batch<'a> {
             Err(e) => {
                 // It may have committed: undo with either token (nothing was sent).
                 let why = Reason::AttemptFailed {
-                    cause: e.to_string(),
+                    cause: e.render(&*self.opts.spell),
                 };
                 self.release(store, &ids, new, Outcome::NotReplayed, why.clone())
                     .await;
@@ -263,7 +264,7 @@ impl<'a> Batch<'a> {
             let first = Reason::AttemptedFirst(why_unavailable(row, now));
             let e = self.entry(
                 id,
-                "replay",
+                HistoryAction::Replay,
                 Outcome::Uncertain,
                 &self.words(id, &first),
                 token,

@@ -7,7 +7,7 @@ use super::retry::{cause_text, retrying, transient, Bounds, Settled, Step};
 use super::why::why_unavailable;
 use super::{lease_left, resolve_target, Batch, HELD_READ_RETRY};
 use crate::error::{DlqError, Result};
-use crate::model::{sha256_hex, DeadLetter, NewHistory, Outcome, State, Summary};
+use crate::model::{sha256_hex, DeadLetter, HistoryAction, NewHistory, Outcome, State, Summary};
 use crate::store::Store;
 use std::collections::HashMap;
 use std::sync::atomic::AtomicUsize;
@@ -55,7 +55,15 @@ impl<'a> Batch<'a> {
         let lease = format!("lease {}", humantime::format_duration(self.opts.lease));
         let entries: Vec<NewHistory> = ids
             .iter()
-            .map(|id| self.entry(id, "claim", Outcome::Claimed, &lease, &self.token))
+            .map(|id| {
+                self.entry(
+                    id,
+                    HistoryAction::Claim,
+                    Outcome::Claimed,
+                    &lease,
+                    &self.token,
+                )
+            })
             .collect();
         let bounds = self.bounds(Step::Claim, ids.len(), None);
         let claimed = match retrying(bounds, || {
@@ -116,7 +124,13 @@ impl<'a> Batch<'a> {
                 State::Uncertain => Outcome::Uncertain,
                 _ => Outcome::NotReplayed,
             };
-            let e = self.entry(&id, "replay", outcome, &self.words(&id, &why), &self.token);
+            let e = self.entry(
+                &id,
+                HistoryAction::Replay,
+                outcome,
+                &self.words(&id, &why),
+                &self.token,
+            );
             self.history.push(e);
             self.report(&id, outcome, why);
         }
@@ -141,7 +155,7 @@ impl<'a> Batch<'a> {
         };
         let cause = match retrying(bounds, || store.held(ids, &self.token)).await {
             Settled::Done(rows) => return Some(rows),
-            Settled::Failed(e) => cause_text(&e),
+            Settled::Failed(e) => cause_text(&e, &*self.opts.spell),
             Settled::Abandoned => "interrupted".to_string(),
         };
         let token = self.token.clone();

@@ -6,31 +6,10 @@
 
 use super::why::RowUnavailable;
 use crate::publisher::{Nowhere, Target};
+use crate::spell::Words;
+pub use crate::spell::{InWords, NextStep, Spell};
 use std::fmt::Write;
 use std::time::Duration;
-
-/// What an operator can do next about a row.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum NextStep {
-    /// Read the row's stored values.
-    ShowRow,
-    /// Decide an uncertain row, after checking the consumers.
-    Resolve,
-    /// Decide this row either way, after checking the consumers.
-    ResolveEither { id: String },
-    /// It was published: decide it delivered.
-    ResolveDelivered { id: String },
-    /// Nothing was published: decide it not delivered.
-    ResolveNotDelivered { id: String },
-    /// Name where the replay goes.
-    GiveTarget,
-    /// Give the held claim back before its lease ends.
-    ReleaseClaim,
-    /// No queue is bound for the routing key: check the binding, or name another key.
-    CheckBinding,
-    /// The exchange does not exist: check its name, or name another.
-    CheckExchange,
-}
 
 /// A publish that the broker said leads nowhere, and what it was sent to.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -63,37 +42,6 @@ impl Miss {
                 s.next(&NextStep::CheckExchange)
             ),
         };
-    }
-}
-
-/// How a caller spells a [`NextStep`] and the claim given to a run.
-pub trait Spell: Send + Sync + std::fmt::Debug {
-    fn next(&self, step: &NextStep) -> String;
-    /// How the claim a run was given (not taken) is named.
-    fn given_claim(&self) -> String;
-}
-
-/// The next steps in words, for a caller that has no commands.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct InWords;
-
-impl Spell for InWords {
-    fn next(&self, step: &NextStep) -> String {
-        match step {
-            NextStep::ShowRow => "the row's stored values".into(),
-            NextStep::Resolve => "resolve it".into(),
-            NextStep::ResolveEither { .. } => "resolve it delivered or not delivered".into(),
-            NextStep::ResolveDelivered { .. } => "resolve it delivered".into(),
-            NextStep::ResolveNotDelivered { .. } => "resolve it not delivered".into(),
-            NextStep::GiveTarget => "give a routing key".into(),
-            NextStep::ReleaseClaim => "releasing it".into(),
-            NextStep::CheckBinding => "check the binding, or give another routing key".into(),
-            NextStep::CheckExchange => "check the exchange's name, or give another".into(),
-        }
-    }
-
-    fn given_claim(&self) -> String {
-        "the claim given to this run".into()
     }
 }
 
@@ -130,7 +78,7 @@ pub enum Reason {
     /// Sending took longer than the attempt's lease check allowed.
     SendTooSlow,
     /// The broker certainly did not take it; `miss`: it said where the target leads nowhere.
-    PublishFailed { cause: String, miss: Option<Miss> },
+    PublishFailed { cause: Words, miss: Option<Miss> },
     /// Handed to the broker, its confirm not in yet.
     AwaitingConfirm,
     /// Published, confirmed, marked.
@@ -138,7 +86,7 @@ pub enum Reason {
     /// The publish's outcome is unknown; `in_flight`: the message may still be on its
     /// way out of this process, so the row waits for its lease.
     Unconfirmed {
-        cause: String,
+        cause: Words,
         event_id: Option<String>,
         in_flight: bool,
         miss: Option<Miss>,
@@ -234,7 +182,7 @@ impl Reason {
     fn write_settled(&self, id: &str, s: &dyn Spell, o: &mut String) {
         let _ = match self {
             Reason::PublishFailed { cause, miss } => {
-                o.push_str(cause);
+                o.push_str(&cause.spell(s));
                 if let Some(m) = miss {
                     m.write(s, o);
                 }
@@ -252,7 +200,7 @@ impl Reason {
                 in_flight,
                 miss,
             } => {
-                o.push_str(cause);
+                o.push_str(&cause.spell(s));
                 if let Some(m) = miss {
                     m.write(s, o);
                 }

@@ -10,6 +10,7 @@
 //! written reported as one or the other).
 
 use crate::error::DlqError;
+use crate::spell::{InWords, Spell};
 use crate::store::is_transient;
 use chrono::{DateTime, Utc};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -125,7 +126,8 @@ where
                         step: b.step,
                         rows: b.rows,
                         until: Utc::now() + chrono::Duration::from_std(left).unwrap_or_default(),
-                        cause: cause_text(&e),
+                        // A transient error names nothing of the CLI.
+                        cause: cause_text(&e, &InWords),
                     });
                 }
                 tracing::debug!("retrying in {pause:?}: {e}");
@@ -154,10 +156,11 @@ pub fn busy(e: &DlqError) -> bool {
 
 /// An error's text for a notice or a report, without the advice meant for a command
 /// that stops ("nothing was changed, try again" is false once something was sent).
-pub fn cause_text(e: &DlqError) -> String {
+/// What the error names of the CLI is spelled by `s`.
+pub fn cause_text(e: &DlqError, s: &dyn Spell) -> String {
     match e {
         DlqError::Busy(_) => "the database is locked by another writer".into(),
-        other => other.to_string(),
+        other => other.render(s),
     }
 }
 

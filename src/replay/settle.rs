@@ -6,7 +6,7 @@
 use super::reason::{Miss, Reason};
 use super::retry::{busy, cause_text, retrying, transient, Bounds, Settled, Step};
 use super::{Batch, Notice};
-use crate::model::{NewHistory, Outcome, State};
+use crate::model::{HistoryAction, NewHistory, Outcome, State};
 use crate::publisher::{Judged, PublishResult};
 use crate::store::{LeaseAfter, Store};
 use std::collections::{HashMap, HashSet};
@@ -33,7 +33,7 @@ impl<'a> Batch<'a> {
         match r {
             Settled::Done(v) => Ok(v),
             Settled::Failed(e) => {
-                let cause = cause_text(&e);
+                let cause = cause_text(&e, &*self.opts.spell);
                 if transient(&e) {
                     self.gave_up = Some(cause.clone());
                 }
@@ -116,7 +116,13 @@ impl<'a> Batch<'a> {
                 .iter()
                 .map(|id| {
                     let detail = self.words(id, &self.replayed(id));
-                    let mut e = self.entry(id, "replay", Outcome::Replayed, &detail, &token);
+                    let mut e = self.entry(
+                        id,
+                        HistoryAction::Replay,
+                        Outcome::Replayed,
+                        &detail,
+                        &token,
+                    );
                     e.target = self.reports[id].target.clone();
                     e
                 })
@@ -202,7 +208,13 @@ impl<'a> Batch<'a> {
             // take it, and nothing was attempted with it.
             let why = Reason::ClaimKept(Box::new(why));
             for id in ids {
-                let e = self.entry(id, "replay", outcome, &self.words(id, &why), token);
+                let e = self.entry(
+                    id,
+                    HistoryAction::Replay,
+                    outcome,
+                    &self.words(id, &why),
+                    token,
+                );
                 self.history.push(e);
                 self.report(id, outcome, why.clone());
             }
@@ -212,7 +224,7 @@ impl<'a> Batch<'a> {
             ids.iter().map(|id| (id, self.words(id, &why))).collect();
         let entries: Vec<NewHistory> = ids
             .iter()
-            .map(|id| self.entry(id, "release", outcome, &words[id], token))
+            .map(|id| self.entry(id, HistoryAction::Release, outcome, &words[id], token))
             .collect();
         let released = match &self.gave_up {
             Some(cause) => Err(cause.clone()),
@@ -228,7 +240,7 @@ impl<'a> Batch<'a> {
                 Ok(r) if r.contains(id) => why.clone(),
                 Ok(_) => {
                     // Nothing held it any more (the lease had lapsed): still recorded.
-                    let e = self.entry(id, "replay", outcome, &words[id], token);
+                    let e = self.entry(id, HistoryAction::Replay, outcome, &words[id], token);
                     self.history.push(e);
                     why.clone()
                 }
@@ -258,7 +270,13 @@ impl<'a> Batch<'a> {
             .iter()
             .map(|id| {
                 let detail = self.words(id, &why);
-                let mut e = self.entry(id, "replay", Outcome::Uncertain, &detail, token);
+                let mut e = self.entry(
+                    id,
+                    HistoryAction::Replay,
+                    Outcome::Uncertain,
+                    &detail,
+                    token,
+                );
                 e.target = self.reports.get(id).and_then(|r| r.target.clone());
                 e
             })

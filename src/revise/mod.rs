@@ -16,7 +16,7 @@ pub use jq::{JqError, Program};
 pub use patch::PathError;
 
 use crate::error::Result;
-use crate::model::{sha256_hex, DeadLetter, NewHistory, Outcome, State};
+use crate::model::{sha256_hex, DeadLetter, HistoryAction, NewHistory, Outcome, State};
 use crate::store::{derived_identity, NewDeadLetter, NewRevision, RevisionWrite, Store};
 
 /// How the body changes.
@@ -345,7 +345,7 @@ fn revision(row: &DeadLetter, after: Content, opts: &EditOptions) -> NewRevision
     let entry = |dead_letter_id: &str, detail: String| NewHistory {
         dead_letter_id: dead_letter_id.to_string(),
         operator: opts.operator.clone(),
-        action: "edit",
+        action: HistoryAction::Edit,
         outcome: Outcome::Edited,
         detail,
         token: None,

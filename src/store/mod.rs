@@ -50,6 +50,7 @@ pub use revise::{NewRevision, Revise, RevisionWrite};
 use crate::error::{DlqError, Result};
 use crate::model::{DeadLetter, Filter, HistoryEntry, NewHistory, State, Summary};
 use crate::secret::{scrub, SecretUrl};
+use crate::spell::{words, Flag};
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use std::time::Duration;
@@ -161,8 +162,8 @@ pub struct StoreOptions {
     pub lock_timeout: Duration,
     /// SQLite: how long a writer waits for another writer's lock.
     pub busy_timeout: Duration,
-    /// SQLite: create the file (only `dlq migrate` does).
-    pub create: bool,
+    /// SQLite: whether a missing file is created (only migrating does).
+    pub if_missing: IfMissing,
     /// One for a command that runs its statements one after another: a second would
     /// only cost another connection setup (and TLS handshake) while the first is being
     /// returned to the pool.
@@ -179,7 +180,7 @@ impl Default for StoreOptions {
             statement_timeout: Duration::from_secs(30),
             lock_timeout: Duration::from_secs(10),
             busy_timeout: Duration::from_secs(5),
-            create: false,
+            if_missing: IfMissing::Refuse,
             max_connections: 1,
             long_running: false,
         }
@@ -195,7 +196,7 @@ pub trait Store: Reads + AlertReads + Revise {
     /// All rows or none: PostgreSQL in one transaction; SQLite in short batches held by
     /// the import's claim until one last transaction releases them all (a dead import's
     /// rows are undone by the next dlq that opens the file).
-    async fn import(&self, rows: Vec<NewDeadLetter>, skip_existing: bool) -> Result<ImportReport>;
+    async fn import(&self, rows: Vec<NewDeadLetter>, existing: OnExisting) -> Result<ImportReport>;
     /// Protocol step 1: claims each row that exists and is `pending` (not replayed, not
     /// discarded, no open attempt, no live lease), and appends the entry of `history` of
     /// each row claimed, in one transaction. Returns the claimed rows (a large body left
@@ -410,6 +411,36 @@ pub(crate) fn newly_applied(migrator: &sqlx::migrate::Migrator, before: &[i64]) 
         .collect()
 }
 
+/// What opening a SQLite file that does not exist does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IfMissing {
+    /// Refuses: a typo in a URL must not make a new, empty database.
+    Refuse,
+    /// Creates it (and sets it to WAL mode).
+    Create,
+}
+
+/// What an import does with a line whose dead letter already exists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnExisting {
+    /// Refuses the import (nothing is imported).
+    Refuse,
+    /// Keeps the existing row and goes on.
+    Skip,
+}
+
+/// An imported line whose dead letter already exists; `stored` says how the existing
+/// id is stored when that is news (", its id stored as bytes by a worker").
+pub(crate) fn already_exists(line: usize, id: &str, stored: &str) -> DlqError {
+    DlqError::usage(
+        words(format!(
+            "line {line}: field id: a dead letter with id {id:?} already exists{stored} (nothing was imported; use "
+        ))
+        .flag(Flag::SkipExisting)
+        .text(" to keep the existing rows)"),
+    )
+}
+
 pub(crate) fn migration_error(e: sqlx::migrate::MigrateError) -> DlqError {
     DlqError::other(format!("migration failed: {}", scrub(&e.to_string())))
 }
@@ -464,23 +495,27 @@ pub(crate) fn db_error(e: sqlx::Error) -> DlqError {
     }
 }
 
-/// Whether a database error is about one row's values (a constraint, a value the database
+/// Whether a SQLite error is about one row's values (a constraint, a value the database
 /// cannot hold, a trigger that refused it) rather than the connection or the schema.
-/// `sqlite` picks how to read the error code.
-pub(crate) fn is_row_error(e: &sqlx::Error, sqlite: bool) -> bool {
-    let Some(dbe) = e.as_database_error() else {
-        return false;
-    };
-    let code = dbe.code().map(|c| c.into_owned()).unwrap_or_default();
-    if sqlite {
-        // Extended result codes; the primary one is the low byte: TOOBIG, CONSTRAINT,
-        // MISMATCH.
+pub(crate) fn is_sqlite_row_error(e: &sqlx::Error) -> bool {
+    // Extended result codes; the primary one is the low byte: TOOBIG, CONSTRAINT,
+    // MISMATCH.
+    db_code(e).is_some_and(|code| {
         code.parse::<i64>()
             .is_ok_and(|n| matches!(n & 0xff, 18..=20))
-    } else {
-        // SQLSTATE classes: data exception, integrity constraint, program limit, RAISE.
-        ["22", "23", "54", "P0"].iter().any(|c| code.starts_with(c))
-    }
+    })
+}
+
+/// [`is_sqlite_row_error`] for PostgreSQL.
+pub(crate) fn is_postgres_row_error(e: &sqlx::Error) -> bool {
+    // SQLSTATE classes: data exception, integrity constraint, program limit, RAISE.
+    db_code(e).is_some_and(|code| ["22", "23", "54", "P0"].iter().any(|c| code.starts_with(c)))
+}
+
+/// The error code of a database error (none for a connection's).
+fn db_code(e: &sqlx::Error) -> Option<String> {
+    let dbe = e.as_database_error()?;
+    Some(dbe.code().map(|c| c.into_owned()).unwrap_or_default())
 }
 
 /// The SQL condition of one state: `now` is the dialect's clock and `lease_end` the

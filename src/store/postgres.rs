@@ -1,10 +1,12 @@
 //! PostgreSQL: all of its SQL. Times are `timestamptz`; the clock is `now()`.
 
 use super::protocol::{self, LeaseAfter, Resolution, WriteDialect};
-use super::read::{claimed_row, import_history, push_where, Backend, Bind, Dialect, Doc, TimeCol};
+use super::read::{
+    claimed_row, import_history, push_where, Backend, Bind, Bucket, Dialect, Doc, NotUtf8, TimeCol,
+};
 use super::{
     check_prune_filter, db_error, migration_error, newly_applied, CaptureOutcome, CapturedLetter,
-    Claimed, ImportReport, NewDeadLetter, Store, StoreOptions,
+    Claimed, ImportReport, NewDeadLetter, OnExisting, Store, StoreOptions,
 };
 use crate::error::{DlqError, Result};
 use crate::model::{ContentMatch, Filter, NewHistory};
@@ -57,11 +59,10 @@ impl PgStore {
             // A long statement (an export, an aggregate over millions of rows) is not a
             // warning for the operator; `-v` shows it.
             .log_slow_statements(log::LevelFilter::Info, Duration::from_secs(1));
-        let refused = refused_probe(
-            options.get_host().to_string(),
-            options.get_port(),
-            options.get_socket().is_some(),
-        );
+        let host = options.get_host().to_string();
+        let tcp = (options.get_socket().is_none() && !host.starts_with('/'))
+            .then(|| (host, options.get_port()));
+        let refused = refused_probe(tcp);
         let pool = PgPoolOptions::new()
             .max_connections(opts.max_connections)
             .test_before_acquire(opts.long_running)
@@ -77,11 +78,11 @@ impl PgStore {
     }
 }
 
-/// Resolves to a message when the server's TCP port refuses connections; never resolves
-/// otherwise (a Unix socket, a port that answers, a host that does not). It waits a
-/// little first, so that a server that answers is never probed.
-async fn refused_probe(host: String, port: u16, socket: bool) -> Option<String> {
-    if !socket && !host.starts_with('/') {
+/// Resolves to a message when the server's TCP port (`tcp`: none for a Unix socket)
+/// refuses connections; never resolves otherwise (a socket, a port that answers, a host
+/// that does not). It waits a little first, so that a server that answers is never probed.
+async fn refused_probe(tcp: Option<(String, u16)>) -> Option<String> {
+    if let Some((host, port)) = tcp {
         tokio::time::sleep(Duration::from_millis(150)).await;
         let probe = tokio::net::TcpStream::connect((host.as_str(), port)).await;
         if probe.is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionRefused) {
@@ -149,8 +150,8 @@ impl Dialect for Postgres {
         Self::push_ids(qb, ids);
     }
 
-    fn bucket(unit: &str) -> String {
-        format!("date_trunc('{unit}', dead_lettered_at)")
+    fn bucket(unit: Bucket) -> String {
+        format!("date_trunc('{}', dead_lettered_at)", unit.unit())
     }
 
     fn push_contains(qb: &mut QueryBuilder<'static, Self>, doc: Doc, needle: Bind) {
@@ -202,7 +203,7 @@ impl Dialect for Postgres {
     fn text(
         row: &PgRow,
         col: &str,
-        _lossy: bool,
+        _: NotUtf8,
     ) -> std::result::Result<Option<String>, sqlx::Error> {
         row.try_get(col)
     }
@@ -311,7 +312,7 @@ impl Store for PgStore {
         Ok(newly_applied(&MIGRATOR, &applied))
     }
 
-    async fn import(&self, rows: Vec<NewDeadLetter>, skip_existing: bool) -> Result<ImportReport> {
+    async fn import(&self, rows: Vec<NewDeadLetter>, existing: OnExisting) -> Result<ImportReport> {
         let mut tx = self.pool.begin().await.map_err(db_error)?;
         let mut report = ImportReport::default();
         let mut imported = Vec::new();
@@ -323,7 +324,10 @@ impl Store for PgStore {
                  replay_attempt_at, discarded_at, discard_note, revision_of) \
                  VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,COALESCE($17, now()),\
                  $18,$19,$20,$21){}",
-                if skip_existing { " ON CONFLICT (id) DO NOTHING" } else { "" }
+                match existing {
+                    OnExisting::Skip => " ON CONFLICT (id) DO NOTHING",
+                    OnExisting::Refuse => "",
+                }
             );
             let res = insert_imported(&mut tx, &sql, &mut r).await?;
             match res {
@@ -342,10 +346,7 @@ impl Store for PgStore {
                 Err(e)
                     if e.as_database_error().and_then(|d| d.code()).as_deref() == Some("23505") =>
                 {
-                    return Err(DlqError::usage(format!(
-                        "line {}: field id: a dead letter with id {:?} already exists (nothing was imported; use --skip-existing to keep the existing rows)",
-                        r.line, r.id
-                    )));
+                    return Err(super::already_exists(r.line, &r.id, ""));
                 }
                 Err(e) => {
                     return Err(DlqError::other(format!(

@@ -4,7 +4,7 @@
 //! and a second path.
 
 use crate::error::Result;
-use crate::store::{db_error, is_row_error, CaptureOutcome, CapturedLetter};
+use crate::store::{db_error, is_postgres_row_error, CaptureOutcome, CapturedLetter};
 use sqlx::postgres::PgPool;
 
 /// The batch in one transaction; when some row is refused, [`capture_each`].
@@ -31,7 +31,7 @@ pub(super) async fn capture(pool: &PgPool, rows: &[CapturedLetter]) -> Result<Ve
                 })
                 .collect())
         }
-        Err(e) if is_row_error(&e, false) => {
+        Err(e) if is_postgres_row_error(&e) => {
             // Some row is refused: again, each row behind its own savepoint.
             tx.rollback().await.map_err(db_error)?;
             capture_each(pool, rows).await
@@ -83,7 +83,7 @@ async fn capture_each(pool: &PgPool, rows: &[CapturedLetter]) -> Result<Vec<Capt
                     CaptureOutcome::Inserted
                 });
             }
-            Err(e) if is_row_error(&e, false) => {
+            Err(e) if is_postgres_row_error(&e) => {
                 sp.rollback().await.map_err(db_error)?;
                 out.push(CaptureOutcome::Refused(db_error(e).to_string()));
             }

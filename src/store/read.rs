@@ -144,7 +144,7 @@ pub trait Dialect: Database {
     /// BLOB, so a write never matches a worker's twin of an ID).
     fn push_exact_ids(qb: &mut QueryBuilder<'static, Self>, ids: &[String]);
     /// The start of the hour or day (`unit`) of `dead_lettered_at`.
-    fn bucket(unit: &str) -> String;
+    fn bucket(unit: Bucket) -> String;
     /// `doc` contains `needle` (bytes for the body, text otherwise).
     fn push_contains(qb: &mut QueryBuilder<'static, Self>, doc: Doc, needle: Bind);
     /// `doc` holds a backslash (an escape may hide a needle).
@@ -160,7 +160,7 @@ pub trait Dialect: Database {
     );
 
     /// A text column; `lossy`: invalid UTF-8 becomes U+FFFD instead of an error.
-    fn text(row: &Self::Row, col: &str, lossy: bool) -> Decoded<Option<String>>;
+    fn text(row: &Self::Row, col: &str, bytes: NotUtf8) -> Decoded<Option<String>>;
     fn int(row: &Self::Row, col: &str) -> Decoded<i64>;
     fn time(row: &Self::Row, col: &str) -> Decoded<Option<DateTime<Utc>>>;
     fn bytes<'r>(row: &'r Self::Row, col: &str) -> Decoded<Option<&'r [u8]>>;
@@ -168,6 +168,40 @@ pub trait Dialect: Database {
         conn: &'e mut Self::Connection,
         query: Query<'e, Self, <Self as Database>::Arguments<'static>>,
     ) -> BoxStream<'e, Decoded<Self::Row>>;
+}
+
+/// The time buckets an aggregate groups by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bucket {
+    Hour,
+    Day,
+}
+
+impl Bucket {
+    /// PostgreSQL's `date_trunc` unit.
+    pub fn unit(self) -> &'static str {
+        match self {
+            Bucket::Hour => "hour",
+            Bucket::Day => "day",
+        }
+    }
+
+    pub fn micros(self) -> i64 {
+        match self {
+            Bucket::Hour => 3_600_000_000,
+            Bucket::Day => 86_400_000_000,
+        }
+    }
+}
+
+/// How a text column read from bytes that are not UTF-8 is taken (SQLite keeps what a
+/// worker bound; PostgreSQL's text is always UTF-8).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotUtf8 {
+    /// Each byte that is not UTF-8 written `\xNN` (a value shown or matched by dlq).
+    Escape,
+    /// A decode error (a value dlq wrote itself, or JSON it parses).
+    Refuse,
 }
 
 /// A store's pool and how it words its errors: all the shared reads need.
@@ -331,7 +365,7 @@ impl<B: Backend> Reads for B {
 
     async fn database_id(&self) -> Result<String> {
         let mut qb = QueryBuilder::new("SELECT value FROM dlq_meta WHERE key = 'database_id'");
-        all(self, &mut qb, |r| B::Db::text(r, "value", false))
+        all(self, &mut qb, |r| B::Db::text(r, "value", NotUtf8::Refuse))
             .await?
             .pop()
             .flatten()

@@ -7,10 +7,11 @@
 //! waits on its lock and then does), so exactly one of them wins: an original and its
 //! revision can never both be published.
 
-use super::read::{push_binds, state_of, Backend, Bind, Decoded, Dialect};
+use super::read::{push_binds, state_of, Backend, Bind, Decoded, Dialect, NotUtf8};
 use super::NewDeadLetter;
 use crate::error::{DlqError, Result};
 use crate::model::{NewHistory, State};
+use crate::spell::{words, Cmd};
 use async_trait::async_trait;
 use futures_util::TryStreamExt;
 use sqlx::QueryBuilder;
@@ -179,13 +180,17 @@ pub(crate) async fn live_pair<D: Dialect>(
     let Some(row) = rows.first() else {
         return Ok(None);
     };
-    let text = |col| D::text(row, col, true).map(Option::unwrap_or_default);
+    let text = |col| D::text(row, col, NotUtf8::Escape).map(Option::unwrap_or_default);
     Ok(Some((text("rid")?, text("oid")?)))
 }
 
 /// Why an import with a [`live_pair`] imported nothing.
 pub(crate) fn live_pair_refused((rid, oid): (String, String)) -> DlqError {
-    DlqError::usage(format!(
-        "dead letters {rid:?} and {oid:?} are copies of one event (a revision and its original, or two revisions of one original), and neither is set aside: both could be replayed, one event twice (nothing was imported); import the original as `dlq export` writes it after the edit (discarded), or leave one of them out"
-    ))
+    DlqError::usage(
+        words(format!(
+            "dead letters {rid:?} and {oid:?} are copies of one event (a revision and its original, or two revisions of one original), and neither is set aside: both could be replayed, one event twice (nothing was imported); import the original as "
+        ))
+        .cmd(Cmd::Export)
+        .text(" writes it after the edit (discarded), or leave one of them out"),
+    )
 }

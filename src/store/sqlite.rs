@@ -8,13 +8,14 @@
 
 use super::identity::identity_hint;
 use super::protocol::{self, LeaseAfter, Resolution, WriteDialect};
-use super::read::{claimed_row, import_history, push_where, Backend, Dialect};
+use super::read::{claimed_row, import_history, push_where, Backend, Dialect, NotUtf8};
 use super::sqlite_open;
 use super::sqlite_read::{exact_ids_json, id_bytes, EXACT_IDS};
 use super::sqlite_time::{to_us, LEASE_END, NOW_US};
 use super::{
-    check_prune_filter, db_error, is_row_error, migration_error, newly_applied, CaptureOutcome,
-    CapturedLetter, Claimed, ImportReport, NewDeadLetter, Store, StoreOptions,
+    check_prune_filter, db_error, is_sqlite_row_error, migration_error, newly_applied,
+    CaptureOutcome, CapturedLetter, Claimed, IfMissing, ImportReport, NewDeadLetter, OnExisting,
+    Store, StoreOptions,
 };
 use crate::error::{DlqError, Result};
 use crate::model::{Filter, NewHistory};
@@ -53,7 +54,7 @@ impl SqliteStore {
     pub async fn connect(url: &SecretUrl, opts: &StoreOptions) -> Result<Self> {
         let mut options = SqliteConnectOptions::from_str(url.expose())
             .map_err(|e| DlqError::usage(format!("invalid SQLite URL {url}: {e}")))?
-            .create_if_missing(opts.create)
+            .create_if_missing(opts.if_missing == IfMissing::Create)
             // FULL: a committed mark survives a power loss (NORMAL in WAL mode may undo
             // the last commits), so `replayed` never reverts to a state that replays again.
             .synchronous(SqliteSynchronous::Full)
@@ -61,13 +62,13 @@ impl SqliteStore {
             // A long statement (an export, an aggregate over millions of rows) is not a
             // warning for the operator; `-v` shows it.
             .log_slow_statements(log::LevelFilter::Info, Duration::from_secs(1));
-        if opts.create {
+        if opts.if_missing == IfMissing::Create {
             // WAL is a property of the database file: `dlq migrate` sets it once, for
             // dlq and the workers alike, and every later connection inherits it.
             options = options.journal_mode(SqliteJournalMode::Wal);
         }
         let file = options.get_filename().to_path_buf();
-        sqlite_open::check_target(&url.to_string(), &file, opts.create)?;
+        sqlite_open::check_target(&url.to_string(), &file, opts.if_missing)?;
         // A new file being switched to WAL by another `dlq migrate` at this moment is
         // busy for an instant (the busy handler does not cover it): try again within the
         // busy timeout.
@@ -84,7 +85,10 @@ impl SqliteStore {
                     other => sqlite_open::explain(&file, other),
                 });
             match pool {
-                Err(DlqError::Busy(_)) if opts.create && tokio::time::Instant::now() < deadline => {
+                Err(DlqError::Busy(_))
+                    if opts.if_missing == IfMissing::Create
+                        && tokio::time::Instant::now() < deadline =>
+                {
                     tokio::time::sleep(Duration::from_millis(50)).await
                 }
                 pool => break pool?,
@@ -129,7 +133,7 @@ impl SqliteStore {
         let changed = rows
             .iter()
             .map(|r| {
-                <Sqlite as Dialect>::text(r, "id", true)
+                <Sqlite as Dialect>::text(r, "id", NotUtf8::Escape)
                     .and_then(|id| id.ok_or_else(|| sqlx::Error::Decode("NULL id".into())))
             })
             .collect::<std::result::Result<HashSet<String>, sqlx::Error>>()
@@ -152,7 +156,7 @@ impl SqliteStore {
             .await?
             .iter()
             .map(|r| {
-                <Sqlite as Dialect>::text(r, "id", true)
+                <Sqlite as Dialect>::text(r, "id", NotUtf8::Escape)
                     .and_then(|id| id.ok_or_else(|| sqlx::Error::Decode("NULL id".into())))
             })
             .collect::<std::result::Result<_, sqlx::Error>>()
@@ -207,7 +211,7 @@ async fn insert_history(
         qb.push_values(chunk, |mut b, e| {
             b.push_bind(&e.dead_letter_id)
                 .push_bind(&e.operator)
-                .push_bind(e.action)
+                .push_bind(e.action.as_str())
                 .push_bind(e.outcome.as_str())
                 .push_bind(&e.detail)
                 .push_bind(&e.token)
@@ -248,8 +252,8 @@ impl Store for SqliteStore {
         }
     }
 
-    async fn import(&self, rows: Vec<NewDeadLetter>, skip_existing: bool) -> Result<ImportReport> {
-        self.import_in_batches(rows, skip_existing).await
+    async fn import(&self, rows: Vec<NewDeadLetter>, existing: OnExisting) -> Result<ImportReport> {
+        self.import_in_batches(rows, existing).await
     }
 
     async fn claim(
@@ -385,11 +389,11 @@ impl Store for SqliteStore {
                         out[*i] = Some(CaptureOutcome::Inserted);
                     }
                 }
-                Err(e) if is_row_error(&e, true) => {
+                Err(e) if is_sqlite_row_error(&e) => {
                     for i in chunk {
                         out[*i] = Some(match insert_captured(&mut tx, &[&rows[*i]]).await {
                             Ok(()) => CaptureOutcome::Inserted,
-                            Err(e) if is_row_error(&e, true) => {
+                            Err(e) if is_sqlite_row_error(&e) => {
                                 CaptureOutcome::Refused(self.err()(e).to_string())
                             }
                             Err(e) => return Err(self.err()(e)),

@@ -54,7 +54,7 @@ impl SqliteStore {
     pub(super) async fn import_in_batches(
         &self,
         rows: Vec<NewDeadLetter>,
-        skip_existing: bool,
+        existing: OnExisting,
     ) -> Result<ImportReport> {
         // A dead import's rows were undone when the store was opened (`connect`).
         let token = format!("{STAGED}{}", uuid::Uuid::new_v4());
@@ -71,12 +71,12 @@ impl SqliteStore {
         .execute(&self.pool)
         .await
         .map_err(self.err())?;
-        let done = match self.stage(&token, rows, skip_existing).await {
+        let done = match self.stage(&token, rows, existing).await {
             Ok(staged) => self.release_import(&token, staged).await,
             Err(e) => Err(e),
         };
         if done.is_err() {
-            if let Err(e) = self.undo_import(&token, true).await {
+            if let Err(e) = self.undo_import(&token, Holder::Gone).await {
                 // Still held by the import's claim; the next dlq undoes them.
                 tracing::warn!(error = %e, "the import's rows are undone by the next dlq");
             }
@@ -88,7 +88,7 @@ impl SqliteStore {
         &self,
         token: &str,
         rows: Vec<NewDeadLetter>,
-        skip_existing: bool,
+        existing: OnExisting,
     ) -> Result<Staged> {
         let mut staged = Staged::default();
         let mut rows = rows.into_iter().peekable();
@@ -111,7 +111,7 @@ impl SqliteStore {
             while started.elapsed() < BATCH_TIME && bytes < BATCH_BYTES {
                 let Some(r) = rows.next() else { break };
                 bytes += r.body.len();
-                self.stage_row(&mut tx, token, r, skip_existing, &mut staged.report)
+                self.stage_row(&mut tx, token, r, existing, &mut staged.report)
                     .await?;
             }
             tx.commit().await.map_err(self.err())?;
@@ -130,12 +130,12 @@ impl SqliteStore {
         tx: &mut SqliteConnection,
         token: &str,
         mut r: NewDeadLetter,
-        skip_existing: bool,
+        existing: OnExisting,
         report: &mut ImportReport,
     ) -> Result<()> {
-        let res = insert_staged(tx, token, &mut r, skip_existing).await;
+        let res = insert_staged(tx, token, &mut r, existing).await;
         match res {
-            Ok(0) if skip_existing => {
+            Ok(0) if existing == OnExisting::Skip => {
                 // Kept only if it stays: a row another import has not released may be undone.
                 if held_by_unfinished_import(tx, token, &r.id)
                     .await
@@ -151,20 +151,18 @@ impl SqliteStore {
             }
             // Only a BLOB id of the same bytes stops a plain INSERT without an error.
             Ok(0) => {
-                return Err(DlqError::usage(format!(
-                    "line {}: field id: a dead letter with id {:?} already exists, its id stored as bytes by a worker (nothing was imported; use --skip-existing to keep the existing rows)",
-                    r.line, r.id
-                )));
+                return Err(crate::store::already_exists(
+                    r.line,
+                    &r.id,
+                    ", its id stored as bytes by a worker",
+                ));
             }
             Ok(_) => {}
             Err(e)
                 if e.as_database_error()
                     .is_some_and(|d| d.is_unique_violation()) =>
             {
-                return Err(DlqError::usage(format!(
-                    "line {}: field id: a dead letter with id {:?} already exists (nothing was imported; use --skip-existing to keep the existing rows)",
-                    r.line, r.id
-                )));
+                return Err(crate::store::already_exists(r.line, &r.id, ""));
             }
             Err(e) => return Err(self.line_error(r.line, e)),
         }
@@ -332,38 +330,42 @@ impl SqliteStore {
         for row in rows {
             use sqlx::Row;
             let token: String = row.try_get("token").map_err(self.err())?;
-            let gone = Process {
+            let holder = match (Process {
                 pid: row.try_get("pid").map_err(self.err())?,
                 host: row.try_get("host").map_err(self.err())?,
                 started: row.try_get("started").map_err(self.err())?,
             }
-            .is_gone();
+            .is_gone())
+            {
+                true => Holder::Gone,
+                false => Holder::MayRun,
+            };
             let dead: bool = row.try_get("dead").map_err(self.err())?;
             let released: bool = row.try_get("released").map_err(self.err())?;
-            if !(dead || gone) {
+            if !dead && holder == Holder::MayRun {
                 continue;
             }
             if released {
                 self.roll_forward(&token).await?;
                 undone += 1;
-            } else if self.undo_import(&token, gone).await? {
+            } else if self.undo_import(&token, holder).await? {
                 undone += 1;
             }
         }
         Ok(undone)
     }
 
-    /// Marks the import dead (when `gone`, or its lease has ended) and deletes the rows it
-    /// still holds, with their history, a batch per transaction. Returns whether it was
-    /// dead (else nothing is changed: it was released, or is live).
-    async fn undo_import(&self, token: &str, gone: bool) -> Result<bool> {
+    /// Marks the import dead (when its holder is gone, or its lease has ended) and deletes
+    /// the rows it still holds, with their history, a batch per transaction. Returns
+    /// whether it was dead (else nothing is changed: it was released, or is live).
+    async fn undo_import(&self, token: &str, holder: Holder) -> Result<bool> {
         let marked = sqlx::query(&format!(
             "UPDATE dlq_imports SET state = 'dead' \
              WHERE token = ?1 AND state <> 'released' \
                AND (state = 'dead' OR ?2 OR lease_end < {NOW_US})"
         ))
         .bind(token)
-        .bind(gone)
+        .bind(holder == Holder::Gone)
         .execute(&self.pool)
         .await
         .map_err(self.err())?;
@@ -449,6 +451,15 @@ fn taken_for_dead() -> DlqError {
 
 /// Where a process runs, as far as another process on the same machine can tell whether
 /// it is still there (Linux: `/proc`; elsewhere only the lease tells).
+/// What is known of the process that ran an import.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Holder {
+    /// It is gone: its import is dead whatever its lease says.
+    Gone,
+    /// It may still run: only its lease's end makes its import dead.
+    MayRun,
+}
+
 struct Process {
     pid: i64,
     /// Boot ID and PID namespace: a PID means the same process only where both match.
@@ -491,13 +502,13 @@ fn started_of(pid: i64) -> Option<String> {
 }
 
 /// The row's INSERT, held by the import's `token` until its commit point; the number of
-/// rows inserted (0: its id is taken and `skip_existing`, or a worker's BLOB id of the
+/// rows inserted (0: its id is taken and [`OnExisting::Skip`], or a worker's BLOB id of the
 /// same bytes stopped it).
 async fn insert_staged(
     tx: &mut SqliteConnection,
     token: &str,
     r: &mut NewDeadLetter,
-    skip_existing: bool,
+    existing: OnExisting,
 ) -> std::result::Result<u64, sqlx::Error> {
     let sql = format!(
         "INSERT {} INTO dead_letters (id, body, reason, attempts, headers_json, \
@@ -507,7 +518,10 @@ async fn insert_staged(
          SELECT ?1,?2,?3,?4,?5,?6,?7,?8,?9,?10,?11,?12,?13,?14,?15,COALESCE(?16, {NOW_US}), \
          ?17,?18,?19,?20,?22 \
          WHERE NOT EXISTS (SELECT 1 FROM dead_letters WHERE id = ?21)",
-        if skip_existing { "OR IGNORE" } else { "" }
+        match existing {
+            OnExisting::Skip => "OR IGNORE",
+            OnExisting::Refuse => "",
+        }
     );
     let [eff_producer, eff_schema_version, eff_event_id] = hint(r);
     sqlx::query(sql.as_str())

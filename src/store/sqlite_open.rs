@@ -3,11 +3,13 @@
 //! write a readonly database") name neither.
 
 use crate::error::{DlqError, Result};
+use crate::spell::{words, Cmd};
+use crate::store::IfMissing;
 use sqlx::SqlitePool;
 use std::path::Path;
 
 /// Refuses, before SQLite tries, a URL that names no file dlq can use.
-pub(crate) fn check_target(url: &str, file: &Path, create: bool) -> Result<()> {
+pub(crate) fn check_target(url: &str, file: &Path, if_missing: IfMissing) -> Result<()> {
     let shown = file.display();
     if url.contains(":memory:") || url.contains("mode=memory") {
         return Err(DlqError::usage(
@@ -39,14 +41,18 @@ pub(crate) fn check_target(url: &str, file: &Path, create: bool) -> Result<()> {
             dir.display()
         )));
     }
-    if !create && !file.exists() {
+    if if_missing == IfMissing::Refuse && !file.exists() {
         let guess = similar_file(dir, file)
             .map(|g| format!(" (did you mean {}?)", g.display()))
             .unwrap_or_default();
-        return Err(DlqError::other(format!(
-            "the SQLite database file {shown} does not exist{guess}: check the database \
-             URL; only `dlq migrate` creates a new, empty database"
-        )));
+        return Err(DlqError::other(
+            words(format!(
+                "the SQLite database file {shown} does not exist{guess}: check the database \
+                 URL; only "
+            ))
+            .cmd(Cmd::Migrate)
+            .text(" creates a new, empty database"),
+        ));
     }
     Ok(())
 }
@@ -123,11 +129,16 @@ pub(crate) async fn check_ids_before_upgrade(pool: &SqlitePool) -> Result<()> {
     if rows.len() > 10 {
         listed.push("...".into());
     }
-    Err(DlqError::other(format!(
-        "cannot migrate: dead_letters has rows with no id (rowid {}); dlq needs an ID to \
-         name each dead letter. Give them one and run dlq migrate again, e.g. \
-         UPDATE dead_letters SET id = lower(hex(randomblob(16))) WHERE id IS NULL OR id = ''; \
-         nothing was changed",
-        listed.join(", ")
-    )))
+    Err(DlqError::other(
+        words(format!(
+            "cannot migrate: dead_letters has rows with no id (rowid {}); dlq needs an ID to \
+             name each dead letter. Give them one and run ",
+            listed.join(", ")
+        ))
+        .cmd(Cmd::Migrate)
+        .text(
+            " again, e.g. UPDATE dead_letters SET id = lower(hex(randomblob(16))) WHERE id IS \
+             NULL OR id = ''; nothing was changed",
+        ),
+    ))
 }

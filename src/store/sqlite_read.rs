@@ -2,7 +2,7 @@
 //! [`super::sqlite_time`]), ID sets as one JSON array, the JSON and byte functions of the
 //! content filters, and text that a worker stored as bytes.
 
-use super::read::{Bind, Dialect, Doc, TimeCol};
+use super::read::{Bind, Bucket, Dialect, Doc, NotUtf8, TimeCol};
 use super::sqlite_time::{
     from_int, to_us, us, ATTEMPT_AT, DEAD_LETTERED_AT, DISCARDED_AT, HISTORY_AT, LEASE_END, NOW_US,
     REPLAYED_AT, UNREADABLE,
@@ -185,12 +185,8 @@ impl Dialect for Sqlite {
         qb.push(EXACT_IDS[1]);
     }
 
-    fn bucket(unit: &str) -> String {
-        let size: i64 = if unit == "hour" {
-            3_600_000_000
-        } else {
-            86_400_000_000
-        };
+    fn bucket(unit: Bucket) -> String {
+        let size = unit.micros();
         format!("({DEAD_LETTERED_AT} / {size}) * {size}")
     }
 
@@ -263,9 +259,9 @@ impl Dialect for Sqlite {
     fn text(
         row: &SqliteRow,
         col: &str,
-        lossy: bool,
+        bytes: NotUtf8,
     ) -> std::result::Result<Option<String>, sqlx::Error> {
-        if !lossy {
+        if bytes == NotUtf8::Refuse {
             return row.try_get(col);
         }
         Ok(row.try_get::<Option<&[u8]>, _>(col)?.map(escaped))

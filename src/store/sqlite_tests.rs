@@ -7,7 +7,7 @@ pub(crate) async fn temp_store() -> (tempfile::TempDir, SqliteStore) {
     let dir = tempfile::tempdir().unwrap();
     let url = SecretUrl::new(format!("sqlite://{}", dir.path().join("t.db").display()));
     let opts = StoreOptions {
-        create: true,
+        if_missing: super::IfMissing::Create,
         ..StoreOptions::default()
     };
     let store = SqliteStore::connect(&url, &opts).await.unwrap();

@@ -17,7 +17,8 @@
 use crate::common::*;
 use dlq::secret::SecretUrl;
 use dlq::store::{
-    open, LeaseAfter, NewDeadLetter, NewRevision, Resolution, RevisionWrite, Store, StoreOptions,
+    open, LeaseAfter, NewDeadLetter, NewRevision, OnExisting, Resolution, RevisionWrite, Store,
+    StoreOptions,
 };
 use proptest::prelude::*;
 use std::time::Duration;
@@ -150,7 +151,10 @@ impl Harness {
             headers_json: "{}".into(),
             ..Default::default()
         };
-        self.store.import(vec![row], false).await.unwrap();
+        self.store
+            .import(vec![row], OnExisting::Refuse)
+            .await
+            .unwrap();
     }
 
     /// Moves every lease `min` minutes into the past: time passing, on the DB's terms.

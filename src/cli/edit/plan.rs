@@ -2,7 +2,9 @@
 //! body drifted from the plan's SHA-256, or on which the change fails, is `not_edited`
 //! and left as it was; `--plan-out` writes a plan of the revisions for `replay --plan`.
 
-use super::{body_change, consent, header_edits, options, print, report, EditArgs, EditReport};
+use super::{
+    body_change, consent, header_edits, options, print, report, Consent, EditArgs, EditReport,
+};
 use super::{Ctx, Format, Result};
 use dlq::error::DlqError;
 use dlq::model::Outcome;
@@ -58,7 +60,7 @@ async fn edit_all(
     if let Some(out) = args.plan_out.as_deref().filter(|_| !args.dry_run) {
         writable(out)?;
     }
-    if !args.dry_run && !consent(ctx, args.yes, plan.items.len()).await? {
+    if !args.dry_run && !consent(ctx, Consent::of(args.yes), plan.items.len()).await? {
         return Err(DlqError::usage("not confirmed: nothing was edited").into());
     }
     let mut opts = options(args, operator);

@@ -3,7 +3,7 @@
 //! `--expect-sha256` is how a script pins it).
 
 use super::super::output::{render_body, say_lines, truncate, Base64};
-use super::super::prompt::{confirm, require_consent, watch_signals_counted};
+use super::super::prompt::{confirm, require_consent, watch_signals_counted, Consent};
 use super::super::report::{emit, emit_item, StepReport};
 use super::super::{Ctx, Format, Result};
 use super::{context, ReplayArgs};
@@ -62,7 +62,7 @@ pub(super) async fn single(
     if args.dry_run {
         return dry_run(ctx, store.as_ref(), id, &target, &opts).await;
     }
-    if require_consent(ctx, args.yes, "replay")? {
+    if require_consent(ctx, Consent::of(args.yes), "replay")? {
         let shown = Shown {
             target: &target,
             broker: &broker_shown,

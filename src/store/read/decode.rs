@@ -1,6 +1,6 @@
 //! Decoding a row of the shared reads into the model's types, whatever a worker stored.
 
-use super::{Decoded, Dialect};
+use super::{Decoded, Dialect, NotUtf8};
 use crate::error::{DlqError, Result};
 use crate::model::{token_operator, DeadLetter, IdStorage, State, Summary};
 use chrono::{DateTime, Utc};
@@ -16,7 +16,7 @@ pub(crate) fn required<T>(v: Option<T>, col: &str) -> Decoded<T> {
 /// A text column as a worker wrote it: SQLite does not check that TEXT is UTF-8, and one
 /// invalid byte must not make a whole listing fail (PostgreSQL refuses them on insert).
 pub(crate) fn text<D: Dialect>(row: &D::Row, col: &str) -> Decoded<Option<String>> {
-    D::text(row, col, true)
+    D::text(row, col, NotUtf8::Escape)
 }
 
 pub(super) fn time<D: Dialect>(row: &D::Row, col: &str) -> Decoded<DateTime<Utc>> {
@@ -25,7 +25,7 @@ pub(super) fn time<D: Dialect>(row: &D::Row, col: &str) -> Decoded<DateTime<Utc>
 
 /// The `unreadable` column of [`time_columns`]: column name to what is stored.
 pub(super) fn unreadable<D: Dialect>(row: &D::Row) -> Decoded<BTreeMap<String, String>> {
-    let Some(json) = D::text(row, "unreadable", true)? else {
+    let Some(json) = D::text(row, "unreadable", NotUtf8::Escape)? else {
         return Ok(BTreeMap::new());
     };
     serde_json::from_str(&json).map_err(|e| sqlx::Error::Decode(e.into()))

@@ -2,7 +2,7 @@
 //! condition of each state, so that a list, a count, a plan and a prune select alike.
 
 use super::{Bind, Dialect, Doc, TimeCol};
-use crate::model::{Filter, State, UNKNOWN};
+use crate::model::{Filter, MatchOn, State, UNKNOWN};
 use crate::store::state_predicate_at;
 use sqlx::QueryBuilder;
 
@@ -68,7 +68,11 @@ pub(crate) fn push_where<D: Dialect>(qb: &mut QueryBuilder<'static, D>, f: &Filt
     for (doc, m, path) in headers.chain(fields) {
         let (before, after) = D::json_guard(doc);
         qb.push(format!(" AND CASE WHEN {before}"));
-        for n in m.needles(doc == Doc::Body) {
+        let on = match doc {
+            Doc::Body => MatchOn::Field,
+            _ => MatchOn::Header,
+        };
+        for n in m.needles(on) {
             qb.push(" AND (");
             let n = match doc {
                 Doc::Body => Bind::Bytes(n.into_bytes()),

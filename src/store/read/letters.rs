@@ -4,6 +4,7 @@
 use super::rows::read_bodies;
 use super::{
     all, by_ids, required, state_of, text, whole_row, whole_row_columns, Backend, Bind, Dialect,
+    NotUtf8,
 };
 use crate::error::Result;
 use crate::model::{token_ref, DeadLetter, HistoryEntry, State};
@@ -61,7 +62,7 @@ pub(super) async fn revised_as<B: Backend>(b: &B, id: &str) -> Result<Vec<String
     let mut qb = QueryBuilder::new("SELECT id FROM dead_letters WHERE revision_of = ");
     B::Db::bind(&mut qb, Bind::Text(id.to_string()));
     qb.push(" ORDER BY id");
-    all(b, &mut qb, |r| B::Db::text(r, "id", true))
+    all(b, &mut qb, |r| B::Db::text(r, "id", NotUtf8::Escape))
         .await
         .map(|ids| ids.into_iter().flatten().collect())
 }

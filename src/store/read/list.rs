@@ -4,7 +4,7 @@
 use super::decode::summary;
 use super::{
     all, by_ids, count_of, each, push_where, select, state_of, summary_columns, text, Backend,
-    Bind, Decoded, Dialect, TimeCol,
+    Bind, Bucket, Decoded, Dialect, NotUtf8, TimeCol,
 };
 use crate::error::Result;
 use crate::model::{Dimension, Filter, Group, GroupKey, State, Summary};
@@ -30,7 +30,7 @@ pub(super) async fn ids_starting_with<B: Backend>(
         B::Db::at(TimeCol::DeadLetteredAt)
     ));
     B::Db::bind(&mut qb, Bind::Int(limit));
-    all(b, &mut qb, |r| B::Db::text(r, "id", false))
+    all(b, &mut qb, |r| B::Db::text(r, "id", NotUtf8::Refuse))
         .await
         .map(|ids| ids.into_iter().flatten().collect())
 }
@@ -71,8 +71,8 @@ fn dimension<D: Dialect>(d: Dimension) -> String {
         Dimension::SchemaVersion => "eff_schema_version".into(),
         Dimension::SourceQueue => "source_queue".into(),
         Dimension::ErrorClass => "eff_error_class".into(),
-        Dimension::Hour => D::bucket("hour"),
-        Dimension::Day => D::bucket("day"),
+        Dimension::Hour => D::bucket(Bucket::Hour),
+        Dimension::Day => D::bucket(Bucket::Day),
     }
 }
 

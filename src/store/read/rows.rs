@@ -3,9 +3,10 @@
 
 use super::columns::body_len;
 use super::decode::unreadable;
-use super::{push_binds, required, Bind, Decoded, Dialect, Partial, BODY_SLICE};
+use super::{push_binds, required, Bind, Decoded, Dialect, NotUtf8, Partial, BODY_SLICE};
 use crate::error::{DlqError, Result};
 use crate::model::{token_operator, DeadLetter};
+use crate::spell::{words, Cmd};
 use crate::store::NewDeadLetter;
 use futures_util::TryStreamExt;
 use sqlx::QueryBuilder;
@@ -86,7 +87,7 @@ async fn read_body<D: Dialect>(
 pub(super) fn exported<D: Dialect>(row: &D::Row) -> Result<NewDeadLetter> {
     let decoded = (|| -> Decoded<NewDeadLetter> {
         // Text that is not UTF-8 (SQLite, or a BLOB in a text column) escaped, as shown.
-        let t = |col: &str| D::text(row, col, true);
+        let t = |col: &str| D::text(row, col, NotUtf8::Escape);
         let at = |col: &str| D::time(row, col);
         Ok(NewDeadLetter {
             line: 0,
@@ -115,17 +116,22 @@ pub(super) fn exported<D: Dialect>(row: &D::Row) -> Result<NewDeadLetter> {
             unreadable: unreadable::<D>(row)?,
         })
     })();
-    let history = D::text(row, "history", false);
+    let history = D::text(row, "history", NotUtf8::Refuse);
     let (r, history) = decoded
         .and_then(|r| Ok((r, history?)))
         .map_err(crate::store::db_error)?;
     // Its own claim and times wait until the import gives it back (or undoes it).
-    let owner = D::text(row, "replay_claim_owner", true).map_err(crate::store::db_error)?;
+    let owner =
+        D::text(row, "replay_claim_owner", NotUtf8::Escape).map_err(crate::store::db_error)?;
     if crate::store::import_held(owner.as_deref(), r.replay_claim_expires_at) {
-        return Err(DlqError::other(format!(
-            "dead letter {:?} is held by a dlq import that has not finished, so its own state is not yet in the store (the lines before it were exported; run export again once the import has ended)",
-            r.id
-        )));
+        return Err(DlqError::other(
+            words(format!(
+                "dead letter {:?} is held by a dlq import that has not finished, so its own state is not yet in the store (the lines before it were exported; run ",
+                r.id
+            ))
+            .cmd(Cmd::Export)
+            .text(" again once the import has ended)"),
+        ));
     }
     Ok(NewDeadLetter {
         history: Some(crate::store::parse_history_json(history.as_deref())?),

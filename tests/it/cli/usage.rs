@@ -72,3 +72,25 @@ fn bad_input_gets_one_line_and_exit_2() {
     assert_eq!(r.json()["outcome"], "not_found");
     assert_eq!(r.json()["id"], "no-such-id");
 }
+
+/// A queue name AMQP cannot carry is refused by the argument parser, naming the option,
+/// before any broker is asked.
+/// Once broke: the library said `--queue` itself, after connecting (issue 21 moved it).
+#[test]
+fn a_queue_name_over_255_bytes_is_a_usage_error() {
+    let db = TestDb::migrated(Backend::Sqlite);
+    let long = "q".repeat(256);
+    let r = db.dlq(&[
+        "--amqp-url",
+        "amqp://guest:guest@127.0.0.1:1/",
+        "capture",
+        "--queue",
+        &long,
+    ]);
+    assert_eq!(r.code, 2, "{}", r.all());
+    assert!(
+        r.stderr.contains("--queue") && r.stderr.contains("a queue name is at most 255 bytes"),
+        "{}",
+        r.stderr
+    );
+}

@@ -137,7 +137,7 @@ fn the_come_back_check_pages_by_time_and_id() {
     // 2,500 dead letters share one dead_lettered_at: a page of 1,000 by time alone would
     // be read again and again; by (time, id) each is read once.
     use dlq::secret::SecretUrl;
-    use dlq::store::{open, NewDeadLetter, StoreOptions};
+    use dlq::store::{open, NewDeadLetter, OnExisting, StoreOptions};
     for b in BACKENDS {
         let db = TestDb::migrated(b);
         let at = chrono::Utc::now() - chrono::Duration::seconds(5);
@@ -157,7 +157,7 @@ fn the_come_back_check_pages_by_time_and_id() {
             let store = open(&SecretUrl::new(db.url.clone()), &StoreOptions::default())
                 .await
                 .unwrap();
-            store.import(rows, false).await.unwrap();
+            store.import(rows, OnExisting::Refuse).await.unwrap();
             let mut after = (at - chrono::Duration::seconds(1), String::new());
             let mut seen = Vec::new();
             loop {

@@ -198,8 +198,12 @@ mod wrapper {
         async fn migrate(&self) -> Result<Vec<String>> {
             self.inner.migrate().await
         }
-        async fn import(&self, rows: Vec<NewDeadLetter>, skip: bool) -> Result<ImportReport> {
-            self.inner.import(rows, skip).await
+        async fn import(
+            &self,
+            rows: Vec<NewDeadLetter>,
+            existing: OnExisting,
+        ) -> Result<ImportReport> {
+            self.inner.import(rows, existing).await
         }
         async fn claim(
             &self,
