@@ -1,5 +1,5 @@
 //! Errors that stop a command. Outcomes of the protocol (`not_replayed`, `uncertain`, ...)
-//! are not errors: they are [`crate::model::Outcome`]s, reported on stdout.
+//! are not errors: they are `model::Outcome`s, reported on stdout.
 
 use crate::exit;
 use crate::spell::{Cmd, InWords, Spell, Words};

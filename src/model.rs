@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 mod content;
+pub(crate) mod shown_id;
 pub use content::{ContentMatch, MatchOn};
 
 /// Shown where the effective producer, schema version or source queue is unknown.
@@ -184,7 +185,7 @@ impl IdStorage {
     /// Why dlq does not write the row shown as `id`, and the fix (SQL that makes it a
     /// TEXT row, by the bytes it holds); None for a TEXT id.
     pub fn refusal(self, id: &str) -> Option<String> {
-        let bytes = crate::store::sqlite_read::id_bytes(id);
+        let bytes = shown_id::id_bytes(id);
         let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
         let lit = id.replace('\'', "''");
         let text = match std::str::from_utf8(&bytes) {

@@ -578,7 +578,7 @@ pub fn is_v1_token(token: &str) -> bool {
 
 /// A row no revision was made of: `restore` never makes a revised original pending again
 /// (its revision carries the event; both could then be replayed). Its own history says
-/// so too ("revised as", see [`crate::revise`]): `prune` may have deleted the revision
+/// so too ("revised as", see the `revise` module): `prune` may have deleted the revision
 /// (replayed, or revised in turn and discarded), and with it `revision_of`.
 pub(crate) const NOT_REVISED: &str = "NOT EXISTS (SELECT 1 FROM dead_letters r \
      WHERE r.revision_of = dead_letters.id) \

@@ -16,7 +16,7 @@ use async_trait::async_trait;
 use futures_util::TryStreamExt;
 use sqlx::QueryBuilder;
 
-/// A revision to write (see [`crate::revise`] for how it is made).
+/// A revision to write (the `revise` module makes it).
 #[derive(Debug, Clone)]
 pub struct NewRevision {
     pub original_id: String,

@@ -10,7 +10,7 @@ use super::identity::identity_hint;
 use super::protocol::{self, LeaseAfter, Resolution, WriteDialect};
 use super::read::{claimed_row, import_history, push_where, Backend, Dialect, NotUtf8};
 use super::sqlite_open;
-use super::sqlite_read::{exact_ids_json, id_bytes, EXACT_IDS};
+use super::sqlite_read::{exact_ids_json, EXACT_IDS};
 use super::sqlite_time::{to_us, LEASE_END, NOW_US};
 use super::{
     check_prune_filter, db_error, is_sqlite_row_error, migration_error, newly_applied,
@@ -18,6 +18,7 @@ use super::{
     Store, StoreOptions,
 };
 use crate::error::{DlqError, Result};
+use crate::model::shown_id::id_bytes;
 use crate::model::{Filter, NewHistory};
 use crate::secret::SecretUrl;
 use async_trait::async_trait;

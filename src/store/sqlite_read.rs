@@ -7,6 +7,7 @@ use super::sqlite_time::{
     from_int, to_us, us, ATTEMPT_AT, DEAD_LETTERED_AT, DISCARDED_AT, HISTORY_AT, LEASE_END, NOW_US,
     REPLAYED_AT, UNREADABLE,
 };
+use crate::model::shown_id::{escaped, unescape};
 use crate::model::ContentMatch;
 use chrono::{DateTime, Utc};
 use futures_util::stream::BoxStream;
@@ -41,11 +42,6 @@ pub(crate) const EXACT_IDS: [&str; 2] = [
     "))",
 ];
 
-/// The bytes a BLOB id shown as `id` holds: what [`escaped`] shows as `id`.
-pub(crate) fn id_bytes(id: &str) -> Vec<u8> {
-    unescape(id).unwrap_or_else(|| id.as_bytes().to_vec())
-}
-
 /// How the row's id is stored, as [`crate::model::IdStorage::from_code`] reads it: 0
 /// TEXT, 1 a BLOB, 2 a BLOB whose bytes a TEXT row also has as its id.
 pub(crate) const ID_STORAGE: &str = "(CASE WHEN typeof(id) <> 'blob' THEN 0 \
@@ -75,47 +71,6 @@ macro_rules! in_ids {
             "WHERE substr(value, 1, 1) = char(1))"
         )
     };
-}
-
-/// Bytes as text: UTF-8 as it is, any other byte as `\xNN` (so `show` can find an ID
-/// that holds one: see [`unescape`]).
-pub(crate) fn escaped(bytes: &[u8]) -> String {
-    let mut out = String::with_capacity(bytes.len());
-    for chunk in bytes.utf8_chunks() {
-        out.push_str(chunk.valid());
-        for b in chunk.invalid() {
-            out.push_str(&format!("\\x{b:02x}"));
-        }
-    }
-    out
-}
-
-/// The bytes of an ID typed as [`escaped`] shows it; None unless it escapes a byte and
-/// [`escaped`] shows those bytes as exactly this ID (`ord\x31` is not `ord1`: `1` is
-/// never escaped), so a read by ID never decodes to another row's.
-fn unescape(id: &str) -> Option<Vec<u8>> {
-    if !id.contains("\\x") {
-        return None;
-    }
-    let mut out = Vec::new();
-    let mut rest = id.as_bytes();
-    while let Some((&b, tail)) = rest.split_first() {
-        let byte = (b == b'\\' && tail.first() == Some(&b'x'))
-            .then(|| tail.get(1..3))
-            .flatten()
-            .and_then(|h| u8::from_str_radix(std::str::from_utf8(h).ok()?, 16).ok());
-        match byte {
-            Some(v) => {
-                out.push(v);
-                rest = &tail[3..];
-            }
-            None => {
-                out.push(b);
-                rest = tail;
-            }
-        }
-    }
-    (escaped(&out) == id).then_some(out)
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -290,22 +245,5 @@ impl Dialect for Sqlite {
         query: Query<'e, Self, <Self as sqlx::Database>::Arguments<'static>>,
     ) -> BoxStream<'e, std::result::Result<SqliteRow, sqlx::Error>> {
         query.fetch(conn)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn escaped_bytes_come_back() {
-        let bytes = b"id-\xff\xfe-caf\xc3\xa9";
-        let shown = escaped(bytes);
-        assert_eq!(shown, "id-\\xff\\xfe-caf\u{e9}");
-        assert_eq!(unescape(&shown).as_deref(), Some(&bytes[..]));
-        assert_eq!(unescape("plain"), None);
-        // `\x31` spells `1`, which `escaped` never escapes: not another row's bytes.
-        assert_eq!(unescape("ord\\x31"), None);
-        assert_eq!(id_bytes("ord\\x31"), b"ord\\x31");
     }
 }
