@@ -6,7 +6,7 @@ temporary SQLite file, uses uniquely named queues, and removes all of it afterwa
 
   python3 benches/run.py                 # everything, 1,000,000 rows
   python3 benches/run.py --rows 100000   # a quicker look
-  python3 benches/run.py --only replay   # one part: triage | flood | replay | plan | capture | bigbody | import_lock
+  python3 benches/run.py --only replay   # one part: triage | flood | export | replay | plan | capture | bigbody | import_lock
                                          # (triage includes content filters, export, flood)
   python3 benches/run.py --only flood --baseline OLD_DLQ   # and an older binary, before/after
 
@@ -172,23 +172,38 @@ def machine():
     return f"{platform.system()} {platform.machine()}, {os.cpu_count()} cores ({cpu}), {mem:.0f} GiB RAM; {pg}; SQLite {run(['sqlite3', '--version']).stdout.decode().split()[0]}"
 
 
+def generate(args, report, db, tmp):
+    """--rows dead letters in the PostgreSQL database db and in a SQLite file in tmp;
+    returns (PostgreSQL URL, SQLite path)."""
+    n = args.rows
+    pg_url = f"postgres://postgres@127.0.0.1:5432/{db}"
+    sq_path = os.path.join(tmp, "bench.db")
+    for url in (pg_url, f"sqlite://{sq_path}"):
+        run([DLQ, "migrate"], env=dlq_env(url))
+    t = time.perf_counter()
+    # VACUUM ANALYZE: what autovacuum leaves behind on a table in use (statistics and
+    # a visibility map); it cannot share a transaction with the INSERT.
+    run(["psql", "-X", "-q", "-h", "127.0.0.1", "-U", "postgres", "-d", db, "-c", PG_ROWS.format(n=n),
+         "-c", "VACUUM ANALYZE dead_letters"])
+    report.append(f"- generated {n:,} rows in PostgreSQL in {time.perf_counter() - t:.0f} s")
+    t = time.perf_counter()
+    run(["sqlite3", sq_path], stdin=SQLITE_ROWS.format(n=n).encode())
+    report.append(f"- generated {n:,} rows in SQLite in {time.perf_counter() - t:.0f} s")
+    return pg_url, sq_path
+
+
+def export_only(args, report):
+    """`--only export`: the export part of triage alone, on freshly generated rows."""
+    with scratch(with_queue=False) as (_, db, tmp):
+        pg_url, sq_path = generate(args, report, db, tmp)
+        export(args, report, pg_url, f"sqlite://{sq_path}")
+
+
 def triage(args, report):
     n = args.rows
     with scratch(with_queue=False) as (_, db, tmp):
-        pg_url = f"postgres://postgres@127.0.0.1:5432/{db}"
-        sq_path = os.path.join(tmp, "bench.db")
+        pg_url, sq_path = generate(args, report, db, tmp)
         sq_url = f"sqlite://{sq_path}"
-        for url in (pg_url, sq_url):
-            run([DLQ, "migrate"], env=dlq_env(url))
-        t = time.perf_counter()
-        # VACUUM ANALYZE: what autovacuum leaves behind on a table in use (statistics and
-        # a visibility map); it cannot share a transaction with the INSERT.
-        run(["psql", "-X", "-q", "-h", "127.0.0.1", "-U", "postgres", "-d", db, "-c", PG_ROWS.format(n=n),
-             "-c", "VACUUM ANALYZE dead_letters"])
-        report.append(f"- generated {n:,} rows in PostgreSQL in {time.perf_counter() - t:.0f} s")
-        t = time.perf_counter()
-        run(["sqlite3", sq_path], stdin=SQLITE_ROWS.format(n=n).encode())
-        report.append(f"- generated {n:,} rows in SQLite in {time.perf_counter() - t:.0f} s")
         psql = ["psql", "-X", "-q", "-h", "127.0.0.1", "-U", "postgres", "-d", db, "-o", "/dev/null", "-c"]
         rows = []
         content = []
@@ -751,15 +766,17 @@ def main():
     p.add_argument("--bigbody-runs", type=int, default=5)
     p.add_argument("--import-rows", type=int, default=50_000)
     p.add_argument("--import-body", type=int, default=2_000, help="import: bytes of padding per body")
-    p.add_argument("--only", choices=["triage", "flood", "replay", "plan", "capture", "bigbody", "import_lock"])
+    p.add_argument("--only", choices=["triage", "flood", "export", "replay", "plan", "capture", "bigbody", "import_lock"])
     p.add_argument("--baseline", help="flood, import_lock: an older dlq binary to compare with (before/after)")
     args = p.parse_args()
     run(["cargo", "build", "--quiet", "--release", "--manifest-path", os.path.join(ROOT, "Cargo.toml"),
          "--bin", "dlq", "--example", "queue", "--example", "bare_publisher", "--example", "bare_consumer"])
     report = [f"Machine: {machine()}", f"Date: {time.strftime('%Y-%m-%d')}", ""]
-    for part in ("triage", "flood", "replay", "plan", "capture", "bigbody", "import_lock"):
-        if args.only == part or (args.only is None and part != "flood"):
-            globals()[part](args, report)
+    # flood and export are also parts of triage: alone only when asked for.
+    parts = {"export": export_only}
+    for part in ("triage", "flood", "export", "replay", "plan", "capture", "bigbody", "import_lock"):
+        if args.only == part or (args.only is None and part not in ("flood", "export")):
+            parts.get(part, globals().get(part))(args, report)
     print("\n".join(report))
 
 

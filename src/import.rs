@@ -597,11 +597,22 @@ struct ExportLine<'a> {
 
 /// The export line of a row (no newline).
 pub fn export_line(r: &NewDeadLetter) -> String {
+    serde_json::to_string(&export_value(r)).unwrap_or_default()
+}
+
+/// Writes the export line of a row and its newline straight into `out` (no line held
+/// apart: `dlq export` writes millions of them).
+pub fn write_export_line(out: &mut impl std::io::Write, r: &NewDeadLetter) -> std::io::Result<()> {
+    serde_json::to_writer(&mut *out, &export_value(r)).map_err(std::io::Error::from)?;
+    out.write_all(b"\n")
+}
+
+fn export_value(r: &NewDeadLetter) -> ExportLine<'_> {
     let headers = match serde_json::from_str::<Value>(&r.headers_json) {
         Ok(v @ Value::Object(_)) => Some(v),
         _ => None,
     };
-    let line = ExportLine {
+    ExportLine {
         id: &r.id,
         reason: &r.reason,
         attempts: r.attempts,
@@ -627,8 +638,7 @@ pub fn export_line(r: &NewDeadLetter) -> String {
         sha256: sha256_hex(&r.body),
         history: r.history.as_deref().unwrap_or_default(),
         unreadable: &r.unreadable,
-    };
-    serde_json::to_string(&line).unwrap_or_default()
+    }
 }
 
 #[cfg(test)]

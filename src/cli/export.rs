@@ -24,9 +24,7 @@ pub async fn run(ctx: &Ctx, args: ExportArgs) -> Result<u8> {
     let mut out = ctx.out.stream();
     let mut closed = false;
     let mut sink = |row: dlq::store::NewDeadLetter| -> dlq::error::Result<()> {
-        let mut line = dlq::import::export_line(&row);
-        line.push('\n');
-        out.write_all(line.as_bytes()).map_err(|e| {
+        dlq::import::write_export_line(&mut out, &row).map_err(|e| {
             if e.kind() == std::io::ErrorKind::BrokenPipe {
                 closed = true;
             }

@@ -34,14 +34,17 @@ pub(crate) fn import_held(
     owner: Option<&str>,
     lease_end: Option<chrono::DateTime<chrono::Utc>>,
 ) -> bool {
-    let held_until = chrono::NaiveDateTime::parse_from_str(IMPORT_UNTIL, "%Y-%m-%d %H:%M:%S%.f")
-        .map(|t| t.and_utc())
-        .ok();
+    // The owner first: the export asks this of every row, and parsing the time is not free.
+    let held_until = || {
+        chrono::NaiveDateTime::parse_from_str(IMPORT_UNTIL, "%Y-%m-%d %H:%M:%S%.f")
+            .map(|t| t.and_utc())
+            .ok()
+    };
     owner
         .and_then(|o| o.strip_prefix(IMPORT_OWNER))
         .is_some_and(|uuid| uuid::Uuid::parse_str(uuid).is_ok())
         && lease_end.is_some()
-        && lease_end == held_until
+        && lease_end == held_until()
 }
 pub use protocol::{LeaseAfter, Resolution};
 pub use read::{Backend, Dialect, Reads};
