@@ -595,11 +595,6 @@ struct ExportLine<'a> {
     unreadable: &'a BTreeMap<String, String>,
 }
 
-/// The export line of a row (no newline).
-pub fn export_line(r: &NewDeadLetter) -> String {
-    serde_json::to_string(&export_value(r)).unwrap_or_default()
-}
-
 /// Writes the export line of a row and its newline straight into `out` (no line held
 /// apart: `dlq export` writes millions of them).
 pub fn write_export_line(out: &mut impl std::io::Write, r: &NewDeadLetter) -> std::io::Result<()> {
