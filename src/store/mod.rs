@@ -15,6 +15,7 @@ pub mod protocol;
 pub mod read;
 pub mod revise;
 pub mod sqlite;
+mod sqlite_export;
 pub mod sqlite_open;
 pub mod sqlite_read;
 pub mod sqlite_time;

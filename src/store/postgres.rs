@@ -2,7 +2,8 @@
 
 use super::protocol::{self, LeaseAfter, Resolution, WriteDialect};
 use super::read::{
-    claimed_row, import_history, push_where, Backend, Bind, Bucket, Dialect, Doc, NotUtf8, TimeCol,
+    claimed_row, import_history, push_where, Backend, Bind, Bucket, Dialect, Doc, NotUtf8, Sql,
+    TimeCol,
 };
 use super::{
     check_prune_filter, db_error, migration_error, newly_applied, CaptureOutcome, CapturedLetter,
@@ -137,6 +138,7 @@ impl Dialect for Postgres {
             Bind::Bytes(v) => qb.push_bind(v),
             Bind::Time(v) => qb.push_bind(v),
             Bind::OptTime(v) => qb.push_bind(v),
+            Bind::Texts(v) => qb.push_bind(v),
         };
     }
 
@@ -154,14 +156,14 @@ impl Dialect for Postgres {
         format!("date_trunc('{}', dead_lettered_at)", unit.unit())
     }
 
-    fn push_contains(qb: &mut QueryBuilder<'static, Self>, doc: Doc, needle: Bind) {
+    fn push_contains(sql: &mut Sql, doc: Doc, needle: Bind) {
         match doc {
-            Doc::Body => qb.push("position("),
-            Doc::Headers => qb.push("strpos(headers_json, "),
-            Doc::Error => qb.push("strpos(error, "),
+            Doc::Body => sql.push("position("),
+            Doc::Headers => sql.push("strpos(headers_json, "),
+            Doc::Error => sql.push("strpos(error, "),
         };
-        Self::bind(qb, needle);
-        qb.push(if doc == Doc::Body {
+        sql.bind(needle);
+        sql.push(if doc == Doc::Body {
             "::bytea IN body) > 0"
         } else {
             ") > 0"
@@ -182,22 +184,17 @@ impl Dialect for Postgres {
         }
     }
 
-    fn push_json_match(
-        qb: &mut QueryBuilder<'static, Self>,
-        doc: Doc,
-        path: &[&str],
-        m: &ContentMatch,
-    ) {
-        qb.push(match doc {
+    fn push_json_match(sql: &mut Sql, doc: Doc, path: &[&str], m: &ContentMatch) {
+        sql.push(match doc {
             Doc::Body => "dlq_json_match(convert_from(body, 'UTF8'), ",
             _ => "dlq_json_match(headers_json, ",
         });
-        qb.push_bind(path.iter().map(|k| k.to_string()).collect::<Vec<_>>());
-        qb.push(", ");
-        qb.push_bind(m.value.clone());
-        qb.push(", ");
-        qb.push_bind(m.value_json().map(str::to_string));
-        qb.push(")");
+        sql.bind(Bind::Texts(path.iter().map(|k| k.to_string()).collect()));
+        sql.push(", ");
+        sql.bind(Bind::Text(m.value.clone()));
+        sql.push(", ");
+        sql.bind(Bind::OptText(m.value_json().map(str::to_string)));
+        sql.push(")");
     }
 
     fn text(

@@ -34,15 +34,18 @@ mod letters;
 mod list;
 mod plan;
 mod rows;
+mod sql;
 
 pub(crate) use columns::{
     claimed_columns, claimed_row, summary_columns, whole_row, whole_row_columns, Partial,
 };
 pub use columns::{BODY_INLINE_MAX, BODY_SLICE};
 use decode::time;
+pub(crate) use decode::Columns;
 pub(crate) use decode::{required, text};
-pub(crate) use filter::{push_where, state_of};
-pub(crate) use rows::import_history;
+pub(crate) use filter::{push_where, state_of, where_sql};
+pub(crate) use rows::{exported, import_history};
+pub use sql::Sql;
 
 pub(crate) type Decoded<T> = std::result::Result<T, sqlx::Error>;
 
@@ -54,6 +57,8 @@ pub enum Bind {
     Bytes(Vec<u8>),
     Time(DateTime<Utc>),
     OptTime(Option<DateTime<Utc>>),
+    /// A list of texts: PostgreSQL binds a `text[]`, SQLite a JSON array.
+    Texts(Vec<String>),
 }
 
 /// Binds `values` separated by commas (the inside of a VALUES tuple).
@@ -146,18 +151,13 @@ pub trait Dialect: Database {
     /// The start of the hour or day (`unit`) of `dead_lettered_at`.
     fn bucket(unit: Bucket) -> String;
     /// `doc` contains `needle` (bytes for the body, text otherwise).
-    fn push_contains(qb: &mut QueryBuilder<'static, Self>, doc: Doc, needle: Bind);
+    fn push_contains(sql: &mut Sql, doc: Doc, needle: Bind);
     /// `doc` holds a backslash (an escape may hide a needle).
     fn backslash_in(doc: Doc) -> &'static str;
     /// The conditions, before and after the byte tests, under which `doc` is parsed.
     fn json_guard(doc: Doc) -> (&'static str, &'static str);
     /// The value at `path` in the JSON object `doc` matches `m` (see [`ContentMatch`]).
-    fn push_json_match(
-        qb: &mut QueryBuilder<'static, Self>,
-        doc: Doc,
-        path: &[&str],
-        m: &ContentMatch,
-    );
+    fn push_json_match(sql: &mut Sql, doc: Doc, path: &[&str], m: &ContentMatch);
 
     /// A text column; `lossy`: invalid UTF-8 becomes U+FFFD instead of an error.
     fn text(row: &Self::Row, col: &str, bytes: NotUtf8) -> Decoded<Option<String>>;
@@ -209,6 +209,21 @@ pub trait Backend: Send + Sync {
     type Db: Dialect;
     fn pool(&self) -> &Pool<Self::Db>;
     fn db_err(&self, e: sqlx::Error) -> DlqError;
+    /// Runs the export's statement itself, off the async driver; `None`: the driver
+    /// streams its rows (see `store/sqlite_export.rs` for why SQLite does).
+    fn bulk_export(&self) -> Option<&dyn BulkExport> {
+        None
+    }
+}
+
+/// A store that steps the export's statement (built by the read side) itself.
+#[async_trait]
+pub trait BulkExport: Send + Sync {
+    async fn export(
+        &self,
+        sql: Sql,
+        sink: &mut (dyn FnMut(NewDeadLetter) -> Result<()> + Send),
+    ) -> Result<u64>;
 }
 
 /// The reads of a store (see [`super::Store`] for the writes).

@@ -8,7 +8,10 @@
 
 use super::identity::identity_hint;
 use super::protocol::{self, LeaseAfter, Resolution, WriteDialect};
-use super::read::{claimed_row, import_history, push_where, Backend, Dialect, NotUtf8};
+use super::read::{
+    claimed_row, import_history, push_where, Backend, BulkExport, Dialect, NotUtf8, Sql,
+};
+use super::sqlite_export;
 use super::sqlite_open;
 use super::sqlite_read::{exact_ids_json, EXACT_IDS};
 use super::sqlite_time::{to_us, LEASE_END, NOW_US};
@@ -188,6 +191,30 @@ impl Backend for SqliteStore {
     }
     fn db_err(&self, e: sqlx::Error) -> DlqError {
         self.err()(e)
+    }
+    fn bulk_export(&self) -> Option<&dyn BulkExport> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl BulkExport for SqliteStore {
+    async fn export(
+        &self,
+        sql: Sql,
+        sink: &mut (dyn FnMut(NewDeadLetter) -> Result<()> + Send),
+    ) -> Result<u64> {
+        let conn = self.pool.acquire().await.map_err(self.err())?;
+        let (busy, file) = (self.busy, self.file.clone());
+        // Worded as a failure of the same statement through sqlx would be.
+        let stepping_err = move |e: rusqlite::Error| match e.sqlite_error_code() {
+            Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked) => {
+                DlqError::Busy(busy)
+            }
+            _ if e.to_string().contains("no such") => DlqError::SchemaMissing(e.to_string()),
+            _ => sqlite_open::explain(&file, DlqError::other(format!("database: {e}"))),
+        };
+        sqlite_export::export(conn, sql, stepping_err, sink).await
     }
 }
 

@@ -2,7 +2,7 @@
 //! [`super::sqlite_time`]), ID sets as one JSON array, the JSON and byte functions of the
 //! content filters, and text that a worker stored as bytes.
 
-use super::read::{Bind, Bucket, Dialect, Doc, NotUtf8, TimeCol};
+use super::read::{Bind, Bucket, Dialect, Doc, NotUtf8, Sql, TimeCol};
 use super::sqlite_time::{
     from_int, to_us, us, ATTEMPT_AT, DEAD_LETTERED_AT, DISCARDED_AT, HISTORY_AT, LEASE_END, NOW_US,
     REPLAYED_AT, UNREADABLE,
@@ -73,6 +73,26 @@ macro_rules! in_ids {
     };
 }
 
+/// A bound value as SQLite takes it, whichever driver binds it (sqlx, or the export's
+/// own stepping in `store/sqlite_export.rs`): times as INTEGER µs, lists as JSON.
+pub(crate) enum Stored {
+    Text(Option<String>),
+    Int(Option<i64>),
+    Bytes(Vec<u8>),
+}
+
+pub(crate) fn stored(value: Bind) -> Stored {
+    match value {
+        Bind::Text(v) => Stored::Text(Some(v)),
+        Bind::OptText(v) => Stored::Text(v),
+        Bind::Int(v) => Stored::Int(Some(v)),
+        Bind::Bytes(v) => Stored::Bytes(v),
+        Bind::Time(v) => Stored::Int(Some(to_us(v))),
+        Bind::OptTime(v) => Stored::Int(v.map(to_us)),
+        Bind::Texts(v) => Stored::Text(Some(serde_json::to_string(&v).unwrap_or_default())),
+    }
+}
+
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
@@ -112,13 +132,10 @@ impl Dialect for Sqlite {
     }
 
     fn bind(qb: &mut QueryBuilder<'static, Self>, value: Bind) {
-        match value {
-            Bind::Text(v) => qb.push_bind(v),
-            Bind::OptText(v) => qb.push_bind(v),
-            Bind::Int(v) => qb.push_bind(v),
-            Bind::Bytes(v) => qb.push_bind(v),
-            Bind::Time(v) => qb.push_bind(to_us(v)),
-            Bind::OptTime(v) => qb.push_bind(v.map(to_us)),
+        match stored(value) {
+            Stored::Text(v) => qb.push_bind(v),
+            Stored::Int(v) => qb.push_bind(v),
+            Stored::Bytes(v) => qb.push_bind(v),
         };
     }
 
@@ -145,14 +162,14 @@ impl Dialect for Sqlite {
         format!("({DEAD_LETTERED_AT} / {size}) * {size}")
     }
 
-    fn push_contains(qb: &mut QueryBuilder<'static, Self>, doc: Doc, needle: Bind) {
-        qb.push(match doc {
+    fn push_contains(sql: &mut Sql, doc: Doc, needle: Bind) {
+        sql.push(match doc {
             Doc::Body => "instr(body, ",
             Doc::Headers => "instr(headers_json, ",
             Doc::Error => "instr(error, ",
         });
-        Self::bind(qb, needle);
-        qb.push(") > 0");
+        sql.bind(needle);
+        sql.push(") > 0");
     }
 
     fn backslash_in(doc: Doc) -> &'static str {
@@ -174,12 +191,7 @@ impl Dialect for Sqlite {
 
     /// A string as its value, an array or object as JSON, anything else as its JSON text
     /// as written (`->` keeps a number's text).
-    fn push_json_match(
-        qb: &mut QueryBuilder<'static, Self>,
-        doc: Doc,
-        path: &[&str],
-        m: &ContentMatch,
-    ) {
+    fn push_json_match(sql: &mut Sql, doc: Doc, path: &[&str], m: &ContentMatch) {
         let doc = if doc == Doc::Body {
             "CAST(body AS TEXT)"
         } else {
@@ -188,24 +200,24 @@ impl Dialect for Sqlite {
         let path: String = std::iter::once("$".to_string())
             .chain(path.iter().map(|k| format!(".\"{k}\"")))
             .collect();
-        qb.push(format!("CASE json_type({doc}, "));
-        qb.push_bind(path.clone());
-        qb.push(format!(") WHEN 'text' THEN json_extract({doc}, "));
-        qb.push_bind(path.clone());
-        qb.push(") = ");
-        qb.push_bind(m.value.clone());
+        sql.push(format!("CASE json_type({doc}, "));
+        sql.bind(Bind::Text(path.clone()));
+        sql.push(format!(") WHEN 'text' THEN json_extract({doc}, "));
+        sql.bind(Bind::Text(path.clone()));
+        sql.push(") = ");
+        sql.bind(Bind::Text(m.value.clone()));
         for kind in ["array", "object"] {
-            qb.push(format!(" WHEN '{kind}' THEN json({doc} -> "));
-            qb.push_bind(path.clone());
-            qb.push(") = json(");
-            qb.push_bind(m.value_json().map(str::to_string));
-            qb.push(")");
+            sql.push(format!(" WHEN '{kind}' THEN json({doc} -> "));
+            sql.bind(Bind::Text(path.clone()));
+            sql.push(") = json(");
+            sql.bind(Bind::OptText(m.value_json().map(str::to_string)));
+            sql.push(")");
         }
-        qb.push(format!(" ELSE ({doc} -> "));
-        qb.push_bind(path);
-        qb.push(") = ");
-        qb.push_bind(m.value.clone());
-        qb.push(" END");
+        sql.push(format!(" ELSE ({doc} -> "));
+        sql.bind(Bind::Text(path));
+        sql.push(") = ");
+        sql.bind(Bind::Text(m.value.clone()));
+        sql.push(" END");
     }
 
     /// SQLite does not check that TEXT is UTF-8, and a worker may bind bytes (a BLOB) to a

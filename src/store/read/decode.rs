@@ -4,6 +4,7 @@ use super::{Decoded, Dialect, NotUtf8};
 use crate::error::{DlqError, Result};
 use crate::model::{token_operator, DeadLetter, IdStorage, State, Summary};
 use chrono::{DateTime, Utc};
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 pub(crate) fn required<T>(v: Option<T>, col: &str) -> Decoded<T> {
@@ -23,9 +24,36 @@ pub(super) fn time<D: Dialect>(row: &D::Row, col: &str) -> Decoded<DateTime<Utc>
     required(D::time(row, col)?, col)
 }
 
+/// A row's columns by name, as the dialect reads them, whichever driver fetched the row:
+/// sqlx ([`Of`]), or the SQLite export's own stepping (`store/sqlite_export.rs`).
+pub(crate) trait Columns {
+    fn text(&self, col: &str, bytes: NotUtf8) -> Decoded<Option<String>>;
+    fn int(&self, col: &str) -> Decoded<i64>;
+    fn time(&self, col: &str) -> Decoded<Option<DateTime<Utc>>>;
+    fn bytes(&self, col: &str) -> Decoded<Option<Cow<'_, [u8]>>>;
+}
+
+/// A row sqlx fetched, read through its dialect.
+pub(crate) struct Of<'r, D: Dialect>(pub &'r D::Row);
+
+impl<D: Dialect> Columns for Of<'_, D> {
+    fn text(&self, col: &str, bytes: NotUtf8) -> Decoded<Option<String>> {
+        D::text(self.0, col, bytes)
+    }
+    fn int(&self, col: &str) -> Decoded<i64> {
+        D::int(self.0, col)
+    }
+    fn time(&self, col: &str) -> Decoded<Option<DateTime<Utc>>> {
+        D::time(self.0, col)
+    }
+    fn bytes(&self, col: &str) -> Decoded<Option<Cow<'_, [u8]>>> {
+        Ok(D::bytes(self.0, col)?.map(Cow::Borrowed))
+    }
+}
+
 /// The `unreadable` column of [`time_columns`]: column name to what is stored.
-pub(super) fn unreadable<D: Dialect>(row: &D::Row) -> Decoded<BTreeMap<String, String>> {
-    let Some(json) = D::text(row, "unreadable", NotUtf8::Escape)? else {
+pub(super) fn unreadable(row: &impl Columns) -> Decoded<BTreeMap<String, String>> {
+    let Some(json) = row.text("unreadable", NotUtf8::Escape)? else {
         return Ok(BTreeMap::new());
     };
     serde_json::from_str(&json).map_err(|e| sqlx::Error::Decode(e.into()))
@@ -55,7 +83,7 @@ pub(super) fn summary<D: Dialect>(row: &D::Row) -> Decoded<Summary> {
         discarded_at: D::time(row, "discarded_at")?,
         discard_note: t("discard_note")?,
         revision_of: t("revision_of")?,
-        unreadable: unreadable::<D>(row)?,
+        unreadable: unreadable(&Of::<D>(row))?,
         state: State::parse(&state)
             .ok_or_else(|| sqlx::Error::Decode(format!("unknown state {state:?}").into()))?,
         v1_claim: owner.as_deref().is_some_and(crate::store::is_v1_token),

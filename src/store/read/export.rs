@@ -2,8 +2,9 @@
 //! same statement, streamed in constant memory from one snapshot.
 
 use super::columns::time_columns;
+use super::decode::Of;
 use super::rows::exported;
-use super::{each, select, Backend, Dialect, TimeCol};
+use super::{each, where_sql, Backend, Dialect, Sql, TimeCol};
 use crate::error::Result;
 use crate::model::Filter;
 use crate::store::NewDeadLetter;
@@ -15,26 +16,28 @@ pub(super) async fn export<B: Backend>(
     filter: &Filter,
     sink: &mut (dyn FnMut(NewDeadLetter) -> Result<()> + Send),
 ) -> Result<u64> {
-    let mut qb = select(
-        &format!(
-            "id, body, reason, CAST(attempts AS BIGINT) AS attempts, headers_json, \
-             replay_claim_owner, last_replay_error, event_id, error, producer, \
-             schema_version, source_queue, exchange, routing_key, discard_note, revision_of, \
-             {}, {} AS history",
-            time_columns::<B::Db>(),
-            B::Db::HISTORY_JSON
-        ),
-        filter,
-    );
-    qb.push(format!(
+    let mut sql = Sql::new(format!(
+        "SELECT id, body, reason, CAST(attempts AS BIGINT) AS attempts, headers_json, \
+         replay_claim_owner, last_replay_error, event_id, error, producer, \
+         schema_version, source_queue, exchange, routing_key, discard_note, revision_of, \
+         {}, {} AS history FROM dead_letters",
+        time_columns::<B::Db>(),
+        B::Db::HISTORY_JSON
+    ));
+    sql.append(where_sql::<B::Db>(filter));
+    sql.push(format!(
         " ORDER BY {}, {}",
         B::Db::at(TimeCol::DeadLetteredAt),
         B::Db::ID_ORDER
     ));
+    if let Some(bulk) = b.bulk_export() {
+        return bulk.export(sql, sink).await;
+    }
+    let mut qb = sql.into_builder::<B::Db>();
     let err = |e| b.db_err(e);
     let Some(setup) = B::Db::UNBOUNDED else {
         // One statement, so one snapshot.
-        return each(b, &mut qb, |row| sink(exported::<B::Db>(row)?)).await;
+        return each(b, &mut qb, |row| sink(exported(&Of::<B::Db>(row))?)).await;
     };
     // Not bound by --statement-timeout, which is meant for statements that hold locks
     // (this one takes none that writers wait on).
@@ -47,7 +50,7 @@ pub(super) async fn export<B: Backend>(
     {
         let mut rows = B::Db::fetch(&mut tx, qb.build());
         while let Some(row) = rows.try_next().await.map_err(err)? {
-            sink(exported::<B::Db>(&row)?)?;
+            sink(exported(&Of::<B::Db>(&row))?)?;
             n += 1;
         }
     }

@@ -1,17 +1,22 @@
 //! A [`Filter`] as SQL: the WHERE clause every filtered read and write appends, and the
 //! condition of each state, so that a list, a count, a plan and a prune select alike.
 
-use super::{Bind, Dialect, Doc, TimeCol};
+use super::{Bind, Dialect, Doc, Sql, TimeCol};
 use crate::model::{Filter, MatchOn, State, UNKNOWN};
 use crate::store::state_predicate_at;
 use sqlx::QueryBuilder;
 
-/// Appends the filter's WHERE clause. Every value is a bound parameter; `--header` and
+/// Appends the filter's WHERE clause (see [`where_sql`]).
+pub(crate) fn push_where<D: Dialect>(qb: &mut QueryBuilder<'static, D>, f: &Filter) {
+    where_sql::<D>(f).push_into(qb);
+}
+
+/// The filter's WHERE clause. Every value is a bound parameter; `--header` and
 /// `--field` first look for their texts in the raw bytes (a cheap test that never rules
 /// out a match, see [`crate::model::ContentMatch::needles`]; SQLite evaluates AND from the left), and
 /// parse the JSON only where the dialect's guard says it parses.
-pub(crate) fn push_where<D: Dialect>(qb: &mut QueryBuilder<'static, D>, f: &Filter) {
-    qb.push(" WHERE 1=1");
+pub(crate) fn where_sql<D: Dialect>(f: &Filter) -> Sql {
+    let mut sql = Sql::new(" WHERE 1=1");
     for (col, val) in [
         ("reason", &f.reason),
         ("eff_producer", &f.producer),
@@ -22,11 +27,11 @@ pub(crate) fn push_where<D: Dialect>(qb: &mut QueryBuilder<'static, D>, f: &Filt
         match val.as_deref() {
             None => {}
             Some(UNKNOWN) if col != "reason" => {
-                qb.push(format!(" AND {col} IS NULL"));
+                sql.push(format!(" AND {col} IS NULL"));
             }
             Some(v) => {
-                qb.push(format!(" AND {col} = "));
-                D::bind(qb, Bind::Text(v.to_string()));
+                sql.push(format!(" AND {col} = "));
+                sql.bind(Bind::Text(v.to_string()));
             }
         }
     }
@@ -41,24 +46,24 @@ pub(crate) fn push_where<D: Dialect>(qb: &mut QueryBuilder<'static, D>, f: &Filt
         (settled.as_str(), "<", f.settled_before),
     ] {
         if let Some(t) = t {
-            qb.push(format!(" AND {col} {cmp} "));
-            D::bind(qb, Bind::Time(t));
+            sql.push(format!(" AND {col} {cmp} "));
+            sql.bind(Bind::Time(t));
         }
     }
     if !f.states.is_empty() {
         let any: Vec<String> = f.states.iter().map(|st| state_of::<D>(*st)).collect();
-        qb.push(format!(" AND (({}))", any.join(") OR (")));
+        sql.push(format!(" AND (({}))", any.join(") OR (")));
     }
     if f.revisions {
-        qb.push(" AND revision_of IS NOT NULL");
+        sql.push(" AND revision_of IS NOT NULL");
     }
     if let Some(g) = &f.grep {
-        qb.push(" AND ");
-        D::push_contains(qb, Doc::Body, Bind::Bytes(g.as_bytes().to_vec()));
+        sql.push(" AND ");
+        D::push_contains(&mut sql, Doc::Body, Bind::Bytes(g.as_bytes().to_vec()));
     }
     if let Some(e) = &f.error_contains {
-        qb.push(" AND ");
-        D::push_contains(qb, Doc::Error, Bind::Text(e.clone()));
+        sql.push(" AND ");
+        D::push_contains(&mut sql, Doc::Error, Bind::Text(e.clone()));
     }
     let headers = f
         .headers
@@ -67,24 +72,25 @@ pub(crate) fn push_where<D: Dialect>(qb: &mut QueryBuilder<'static, D>, f: &Filt
     let fields = f.fields.iter().map(|m| (Doc::Body, m, m.path()));
     for (doc, m, path) in headers.chain(fields) {
         let (before, after) = D::json_guard(doc);
-        qb.push(format!(" AND CASE WHEN {before}"));
+        sql.push(format!(" AND CASE WHEN {before}"));
         let on = match doc {
             Doc::Body => MatchOn::Field,
             _ => MatchOn::Header,
         };
         for n in m.needles(on) {
-            qb.push(" AND (");
+            sql.push(" AND (");
             let n = match doc {
                 Doc::Body => Bind::Bytes(n.into_bytes()),
                 _ => Bind::Text(n),
             };
-            D::push_contains(qb, doc, n);
-            qb.push(format!(" OR {})", D::backslash_in(doc)));
+            D::push_contains(&mut sql, doc, n);
+            sql.push(format!(" OR {})", D::backslash_in(doc)));
         }
-        qb.push(format!("{after} THEN "));
-        D::push_json_match(qb, doc, &path, m);
-        qb.push(" ELSE false END");
+        sql.push(format!("{after} THEN "));
+        D::push_json_match(&mut sql, doc, &path, m);
+        sql.push(" ELSE false END");
     }
+    sql
 }
 
 /// The condition of one state in the dialect (see [`state_predicate_at`]).

@@ -2,7 +2,7 @@
 //! (raw columns, history) with the import of that history.
 
 use super::columns::body_len;
-use super::decode::unreadable;
+use super::decode::{unreadable, Columns};
 use super::{push_binds, required, Bind, Decoded, Dialect, NotUtf8, Partial, BODY_SLICE};
 use crate::error::{DlqError, Result};
 use crate::model::{token_operator, DeadLetter};
@@ -84,17 +84,17 @@ async fn read_body<D: Dialect>(
 }
 
 /// An exported row: the raw columns (not the effective identity), exactly as stored.
-pub(super) fn exported<D: Dialect>(row: &D::Row) -> Result<NewDeadLetter> {
+pub(crate) fn exported(row: &impl Columns) -> Result<NewDeadLetter> {
     let decoded = (|| -> Decoded<NewDeadLetter> {
         // Text that is not UTF-8 (SQLite, or a BLOB in a text column) escaped, as shown.
-        let t = |col: &str| D::text(row, col, NotUtf8::Escape);
-        let at = |col: &str| D::time(row, col);
+        let t = |col: &str| row.text(col, NotUtf8::Escape);
+        let at = |col: &str| row.time(col);
         Ok(NewDeadLetter {
             line: 0,
             id: required(t("id")?, "id")?,
-            body: required(D::bytes(row, "body")?, "body")?.to_vec(),
+            body: required(row.bytes("body")?, "body")?.into_owned(),
             reason: required(t("reason")?, "reason")?,
-            attempts: D::int(row, "attempts")?,
+            attempts: row.int("attempts")?,
             headers_json: required(t("headers_json")?, "headers_json")?,
             replayed_at: at("replayed_at")?,
             replay_claim_owner: t("replay_claim_owner")?.map(|o| token_operator(&o).to_string()),
@@ -113,16 +113,17 @@ pub(super) fn exported<D: Dialect>(row: &D::Row) -> Result<NewDeadLetter> {
             discard_note: t("discard_note")?,
             revision_of: t("revision_of")?,
             history: None,
-            unreadable: unreadable::<D>(row)?,
+            unreadable: unreadable(row)?,
         })
     })();
-    let history = D::text(row, "history", NotUtf8::Refuse);
+    let history = row.text("history", NotUtf8::Refuse);
     let (r, history) = decoded
         .and_then(|r| Ok((r, history?)))
         .map_err(crate::store::db_error)?;
     // Its own claim and times wait until the import gives it back (or undoes it).
-    let owner =
-        D::text(row, "replay_claim_owner", NotUtf8::Escape).map_err(crate::store::db_error)?;
+    let owner = row
+        .text("replay_claim_owner", NotUtf8::Escape)
+        .map_err(crate::store::db_error)?;
     if crate::store::import_held(owner.as_deref(), r.replay_claim_expires_at) {
         return Err(DlqError::other(
             words(format!(

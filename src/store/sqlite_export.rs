@@ -1,0 +1,227 @@
+//! SQLite's export, stepped in bulk on one thread of its own.
+//!
+//! Through sqlx, each row of an export crossed from its SQLite worker thread one channel
+//! message at a time, every one of its 23 values copied and allocated on the way: most
+//! of an export's time went to that hand-over, not to SQLite (docs/performance.md). Here
+//! the export's one statement (the SQL the read side built, bound with the same values)
+//! is stepped through rusqlite on sqlx's own connection handle, locked for the whole
+//! statement so sqlx's worker waits; each row is decoded by the shared decoder
+//! ([`exported`]) on that thread and handed to the caller in batches, so decoding and
+//! writing the lines overlap. One statement is still one snapshot.
+
+use super::read::{exported, Bind, Columns, Decoded, NotUtf8, Sql};
+use super::sqlite_read::{stored, Stored};
+use super::sqlite_time::from_int;
+use super::NewDeadLetter;
+use crate::error::{DlqError, Result};
+use crate::model::shown_id::escaped;
+use chrono::{DateTime, Utc};
+use rusqlite::types::ValueRef;
+use sqlx::pool::PoolConnection;
+use sqlx::Sqlite;
+use std::borrow::Cow;
+use std::collections::HashMap;
+use tokio::sync::mpsc;
+
+/// Rows handed over at once, unless their bodies reach [`BATCH_BYTES`] first.
+const BATCH_ROWS: usize = 256;
+const BATCH_BYTES: usize = 1 << 20;
+
+type Sink<'a> = &'a mut (dyn FnMut(NewDeadLetter) -> Result<()> + Send);
+
+/// Runs the export's statement on `conn`, each row to `sink` in order; returns how many.
+/// A row that cannot be read ends the export after the rows before it, as before.
+pub(crate) async fn export(
+    conn: PoolConnection<Sqlite>,
+    sql: Sql,
+    stepping_err: impl FnOnce(rusqlite::Error) -> DlqError + Send + 'static,
+    sink: Sink<'_>,
+) -> Result<u64> {
+    let (text, values) = sql.positional();
+    // Two batches wait at most: memory stays flat whatever the table's size.
+    let (tx, mut rx) = mpsc::channel::<Vec<NewDeadLetter>>(2);
+    let stepper = tokio::task::spawn_blocking(move || {
+        step(conn, &text, values, &tx).map_err(|e| e.into_dlq(stepping_err))
+    });
+    let mut n = 0;
+    let mut written = Ok(());
+    'batches: while let Some(batch) = rx.recv().await {
+        for row in batch {
+            written = sink(row);
+            if written.is_err() {
+                break 'batches;
+            }
+            n += 1;
+        }
+    }
+    // The stepper sees the channel closed and stops.
+    drop(rx);
+    let stepped = stepper
+        .await
+        .map_err(|e| DlqError::other(format!("the export's reader stopped: {e}")))?;
+    written?;
+    stepped?;
+    Ok(n)
+}
+
+/// Why stepping stopped early.
+enum Stop {
+    Driver(rusqlite::Error),
+    Row(DlqError),
+}
+
+impl Stop {
+    fn into_dlq(self, driver: impl FnOnce(rusqlite::Error) -> DlqError) -> DlqError {
+        match self {
+            Stop::Driver(e) => driver(e),
+            Stop::Row(e) => e,
+        }
+    }
+}
+
+impl From<rusqlite::Error> for Stop {
+    fn from(e: rusqlite::Error) -> Stop {
+        Stop::Driver(e)
+    }
+}
+
+fn step(
+    mut conn: PoolConnection<Sqlite>,
+    text: &str,
+    values: Vec<Bind>,
+    tx: &mpsc::Sender<Vec<NewDeadLetter>>,
+) -> std::result::Result<(), Stop> {
+    let mut locked = tokio::runtime::Handle::current()
+        .block_on(conn.lock_handle())
+        .map_err(|e| Stop::Row(super::db_error(e)))?;
+    // SAFETY: the handle is sqlx's open connection, locked (sqlx's worker waits on the
+    // lock) until `locked` drops, which is after `db`: declared before it. rusqlite does
+    // not close a handle it did not open.
+    let db = unsafe { rusqlite::Connection::from_handle(locked.as_raw_handle().as_ptr()) }?;
+    let mut stmt = db.prepare(text)?;
+    for (i, v) in values.into_iter().enumerate() {
+        match stored(v) {
+            Stored::Text(v) => stmt.raw_bind_parameter(i + 1, v)?,
+            Stored::Int(v) => stmt.raw_bind_parameter(i + 1, v)?,
+            Stored::Bytes(v) => stmt.raw_bind_parameter(i + 1, v)?,
+        }
+    }
+    let at: HashMap<String, usize> = stmt
+        .column_names()
+        .into_iter()
+        .enumerate()
+        .map(|(i, name)| (name.to_string(), i))
+        .collect();
+    let mut rows = stmt.raw_query();
+    let (mut batch, mut bytes) = (Vec::with_capacity(BATCH_ROWS), 0);
+    while let Some(row) = rows.next()? {
+        let raw = Raw {
+            row,
+            at: &at,
+            db: &db,
+        };
+        let letter = match exported(&raw) {
+            Ok(letter) => letter,
+            Err(e) => {
+                // The rows before it are written, then the export fails on it.
+                let _ = tx.blocking_send(batch);
+                return Err(Stop::Row(e));
+            }
+        };
+        bytes += letter.body.len();
+        batch.push(letter);
+        if batch.len() == BATCH_ROWS || bytes >= BATCH_BYTES {
+            bytes = 0;
+            let full = std::mem::replace(&mut batch, Vec::with_capacity(BATCH_ROWS));
+            if tx.blocking_send(full).is_err() {
+                // The caller stopped reading (it said why).
+                return Ok(());
+            }
+        }
+    }
+    if !batch.is_empty() {
+        let _ = tx.blocking_send(batch);
+    }
+    Ok(())
+}
+
+/// A row rusqlite stepped, read as sqlx reads SQLite's values (see
+/// [`crate::store::read::Dialect`] for SQLite): text as its bytes, escaped where not UTF-8.
+struct Raw<'a> {
+    row: &'a rusqlite::Row<'a>,
+    at: &'a HashMap<String, usize>,
+    db: &'a rusqlite::Connection,
+}
+
+fn decode_error(col: &str, why: impl std::fmt::Display) -> sqlx::Error {
+    sqlx::Error::ColumnDecode {
+        index: col.to_string(),
+        source: why.to_string().into(),
+    }
+}
+
+impl Raw<'_> {
+    fn value(&self, col: &str) -> Decoded<ValueRef<'_>> {
+        let i = *self
+            .at
+            .get(col)
+            .ok_or_else(|| sqlx::Error::ColumnNotFound(col.to_string()))?;
+        self.row.get_ref(i).map_err(|e| decode_error(col, e))
+    }
+
+    /// The value's bytes as SQLite gives a number read as text or a BLOB.
+    fn as_bytes(&self, col: &str) -> Decoded<Option<Cow<'_, [u8]>>> {
+        Ok(match self.value(col)? {
+            ValueRef::Null => None,
+            ValueRef::Text(b) | ValueRef::Blob(b) => Some(Cow::Borrowed(b)),
+            ValueRef::Integer(i) => Some(Cow::Owned(i.to_string().into_bytes())),
+            // SQLite's own text of a REAL, not Rust's.
+            ValueRef::Real(r) => Some(Cow::Owned(
+                self.db
+                    .query_row("SELECT CAST(?1 AS TEXT)", [r], |t| t.get::<_, String>(0))
+                    .map_err(|e| decode_error(col, e))?
+                    .into_bytes(),
+            )),
+        })
+    }
+}
+
+impl Columns for Raw<'_> {
+    fn text(&self, col: &str, bytes: NotUtf8) -> Decoded<Option<String>> {
+        let Some(b) = self.as_bytes(col)? else {
+            return Ok(None);
+        };
+        match bytes {
+            NotUtf8::Escape => Ok(Some(escaped(&b))),
+            NotUtf8::Refuse => String::from_utf8(b.into_owned())
+                .map(Some)
+                .map_err(|e| decode_error(col, e)),
+        }
+    }
+
+    fn int(&self, col: &str) -> Decoded<i64> {
+        match self.value(col)? {
+            ValueRef::Integer(i) => Ok(i),
+            other => Err(decode_error(
+                col,
+                format!("expected an INTEGER, found {:?}", other.data_type()),
+            )),
+        }
+    }
+
+    fn time(&self, col: &str) -> Decoded<Option<DateTime<Utc>>> {
+        // Every time is read through `Dialect::at`, so an INTEGER (or NULL).
+        match self.value(col)? {
+            ValueRef::Null => Ok(None),
+            ValueRef::Integer(v) => Ok(Some(from_int(v).unwrap_or_default())),
+            other => Err(decode_error(
+                col,
+                format!("expected a time in µs, found {:?}", other.data_type()),
+            )),
+        }
+    }
+
+    fn bytes(&self, col: &str) -> Decoded<Option<Cow<'_, [u8]>>> {
+        self.as_bytes(col)
+    }
+}
