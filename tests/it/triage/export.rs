@@ -165,7 +165,10 @@ fn export_writes_every_row_once_in_order_across_batch_edges() {
         };
         db.sql(&[insert]);
         let lines: Vec<Value> = db.dlq(&["export"]).lines();
-        let ids: Vec<String> = lines.iter().map(|l| l["id"].as_str().unwrap().into()).collect();
+        let ids: Vec<String> = lines
+            .iter()
+            .map(|l| l["id"].as_str().unwrap().into())
+            .collect();
         let expected: Vec<String> = (1..=600).map(|n| format!("e-{n:04}")).collect();
         assert_eq!(ids, expected, "{b:?}");
         let big = lines.iter().find(|l| l["id"] == "e-0400").unwrap();
@@ -173,8 +176,16 @@ fn export_writes_every_row_once_in_order_across_batch_edges() {
 
         let r = db.dlq(&["export", "--reason", "a"]);
         assert_eq!(r.code, 0, "{}", r.all());
-        assert!(r.stderr.contains("exported 300 dead letters"), "{}", r.stderr);
-        let ids: Vec<String> = r.lines().iter().map(|l| l["id"].as_str().unwrap().into()).collect();
+        assert!(
+            r.stderr.contains("exported 300 dead letters"),
+            "{}",
+            r.stderr
+        );
+        let ids: Vec<String> = r
+            .lines()
+            .iter()
+            .map(|l| l["id"].as_str().unwrap().into())
+            .collect();
         let expected: Vec<String> = (1..=300).map(|n| format!("e-{:04}", 2 * n)).collect();
         assert_eq!(ids, expected, "{b:?}");
     }
