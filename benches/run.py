@@ -6,8 +6,10 @@ temporary SQLite file, uses uniquely named queues, and removes all of it afterwa
 
   python3 benches/run.py                 # everything, 1,000,000 rows
   python3 benches/run.py --rows 100000   # a quicker look
-  python3 benches/run.py --only replay   # one part: triage | flood | export | replay | plan | capture | bigbody | import_lock
+  python3 benches/run.py --only replay   # one part: triage | flood | export | scale | inserts | replay | plan
+                                         # | capture | bigbody | import_lock
                                          # (triage includes content filters, export, flood)
+  python3 benches/run.py --only scale --rows 10000000   # aggregate and list at 10M rows (PostgreSQL)
   python3 benches/run.py --only flood --baseline OLD_DLQ   # and an older binary, before/after
 
 Each timing runs the whole command as a separate process, the way an operator runs it,
@@ -377,12 +379,16 @@ def replay(args, report):
     with scratch() as (queue, db, tmp):
         rows, connects = [], []
         pg = f"postgres://postgres@127.0.0.1:5432/{db}"
+        run(PG_ADMIN + ["-c", f"CREATE DATABASE {db}_off"])
         for n, (name, url) in enumerate((("PostgreSQL (sslmode=prefer: TLS on this server)", pg),
+                                         ("PostgreSQL (sslmode=prefer), " + KEPT_OFF, pg + "_off"),
                                          ("PostgreSQL (sslmode=disable)", pg + "?sslmode=disable"),
                                          ("SQLite", f"sqlite://{os.path.join(tmp, 'r.db')}"))):
             env = dlq_env(url)
             prefix = f"r{n}-"
             run([DLQ, "migrate"], env=env)
+            if name.endswith(KEPT_OFF):
+                kept_counts(db + "_off", "DISABLE")
             run([DLQ, "import", "-"], env=env, stdin=letters(queue, args.replays + 1, prefix))
             # The cost of a connection (and its TLS handshake) alone: sqlx 0.9.0 added ~90 ms.
             connects.append(f"| {name} | {ms(timed([DLQ, 'list', '--limit', '1'], args.runs, env=env))} |")
@@ -394,7 +400,8 @@ def replay(args, report):
                 assert json.loads(r.stdout)["outcome"] == "replayed"
             times = sorted(times[1:])
             p90 = times[int(len(times) * 0.9) - 1]
-            rows.append(f"| {name} | {ms(times)} | {p90 * 1000:.1f} ms | 30 ms |")
+            rows.append(f"| {name} | {ms(times)} | {p90 * 1000:.1f} ms | 15 ms |")
+        run(PG_ADMIN + ["-c", f"DROP DATABASE {db}_off WITH (FORCE)"])
         report.append("")
         report.append(f"`dlq replay ID --yes`, end to end as a process ({args.replays} replays of distinct IDs):")
         report.append("")
@@ -414,17 +421,20 @@ def plan(args, report):
     fresh data; medians over the rounds, since the broker's own speed varies run to run."""
     n = args.plan_items
     body_len = len(json.dumps({"event_id": "evt-p0000000", "pad": "x" * 150}))
-    stores = ("PostgreSQL", "SQLite")
+    stores = ("PostgreSQL", KEPT_OFF, "SQLite")
     times = {"bare": [], **{s: [] for s in stores}}
     for _ in range(args.plan_rounds):
         with scratch() as (queue, db, tmp):
             r = run([BARE, queue, str(n), str(body_len)])
             times["bare"].append(float(r.stdout.decode().strip()))
             run([QUEUE_TOOL, "drain", queue])
-            for name, url in zip(stores, (f"postgres://postgres@127.0.0.1:5432/{db}",
-                                          f"sqlite://{os.path.join(tmp, 'p.db')}")):
+            run(PG_ADMIN + ["-c", f"CREATE DATABASE {db}_off"])
+            pg = "postgres://postgres@127.0.0.1:5432/"
+            for name, url in zip(stores, (pg + db, pg + db + "_off", f"sqlite://{os.path.join(tmp, 'p.db')}")):
                 env = dlq_env(url)
                 run([DLQ, "migrate"], env=env)
+                if name == KEPT_OFF:
+                    kept_counts(db + "_off", "DISABLE")
                 run([DLQ, "import", "-"], env=env, stdin=letters(queue, n, "p"))
                 plan_file = os.path.join(tmp, "plan.json")
                 with open(plan_file, "wb") as f:
@@ -433,6 +443,7 @@ def plan(args, report):
                 run([DLQ, "replay", "--plan", plan_file, "--yes", "--batch-size", str(args.batch)], env=env)
                 times[name].append(time.perf_counter() - t)
                 run([QUEUE_TOOL, "drain", queue])
+            run(PG_ADMIN + ["-c", f"DROP DATABASE {db}_off WITH (FORCE)"])
     bare = statistics.median(times["bare"])
     rows = [f"| bare lapin publisher, pipelined confirms, no database | {bare:.2f} s | {n / bare:,.0f}/s | | |"]
     for name in stores:
@@ -478,7 +489,7 @@ def capture(args, report):
     again and capture it into PostgreSQL; again into SQLite. Then one capture of a tenth as
     many and one of twice as many messages per store, for the peak RSS."""
     n, size, batch = args.capture_messages, 1024, args.capture_batch
-    stores = ("PostgreSQL", "SQLite")
+    stores = ("PostgreSQL", KEPT_OFF, "SQLite")
     times = {"bare": [], **{s: [] for s in stores}}
     rss = {s: {} for s in stores}
     with scratch() as (dlq, db, tmp):
@@ -751,6 +762,127 @@ def import_lock(args, report):
     report.extend(rows)
 
 
+KEPT_OFF = "kept counts off"
+KEPT_TRIGGERS = ("dead_letters_rollup_insert", "dead_letters_rollup_update", "dead_letters_rollup_delete",
+                 "dead_letters_rollup_truncate")
+
+
+def kept_counts(db, how):
+    """ENABLE or DISABLE the triggers that keep aggregate's counts (migration
+    20261203000300): disabled, writes cost what they cost before it."""
+    stmts = [f"ALTER TABLE dead_letters {how} TRIGGER {t}" for t in KEPT_TRIGGERS]
+    run(["psql", "-X", "-q", "-h", "127.0.0.1", "-U", "postgres", "-d", db, "-v", "ON_ERROR_STOP=1",
+         "-c", "; ".join(stmts)])
+
+
+# PG_ROWS for rows first..last (ids bench-first..), so a large table is loaded in chunks.
+def pg_rows_chunk(first, last):
+    return PG_ROWS.format(n=last).replace("generate_series(1, ", f"generate_series({first}, ")
+
+
+PG_PLAIN_GROUP_BY = "SELECT reason, eff_producer, eff_schema_version, count(*) FROM dead_letters GROUP BY 1, 2, 3"
+PG_SINCE = """SELECT reason, eff_producer, count(*), min(dead_lettered_at), max(dead_lettered_at)
+ FROM dead_letters WHERE dead_lettered_at >= now() - interval '2 hours' GROUP BY 1, 2 ORDER BY 3 DESC"""
+
+
+def scale(args, report):
+    """`--only scale --rows 10000000`: aggregate and list on a PostgreSQL table of --rows
+    rows generated in the database (1,000,000 rows per INSERT ... SELECT), vacuumed, against
+    the same questions asked through psql. The first aggregate after the load folds the
+    deltas the load left; it is reported on its own."""
+    n = args.rows
+    with scratch(with_queue=False) as (_, db, tmp):
+        url = f"postgres://postgres@127.0.0.1:5432/{db}"
+        env = dlq_env(url)
+        run([DLQ, "migrate"], env=env)
+        psql = ["psql", "-X", "-q", "-h", "127.0.0.1", "-U", "postgres", "-d", db, "-o", "/dev/null", "-c"]
+        t = time.perf_counter()
+        for first in range(1, n + 1, 1_000_000):
+            run(psql + [pg_rows_chunk(first, min(first + 999_999, n))])
+        run(psql + ["VACUUM ANALYZE dead_letters"])
+        report.append(f"- scale: generated {n:,} rows in PostgreSQL in {time.perf_counter() - t:.0f} s, vacuumed")
+        agg = [DLQ, "aggregate", "--by", "reason,producer,schema_version"]
+        t = time.perf_counter()
+        run(agg, env=env)
+        first_run = time.perf_counter() - t
+        recent = int(run(["psql", "-X", "-tA", "-h", "127.0.0.1", "-U", "postgres", "-d", db, "-c",
+                          "SELECT count(*) FROM dead_letters WHERE dead_lettered_at >= now() - interval '2 hours'"]
+                         ).stdout.decode().strip())
+        cases = (
+            ("aggregate --by reason,producer,schema_version", agg, PG_PLAIN_GROUP_BY, "plain GROUP BY", "<= 0.6x"),
+            ("aggregate --by reason,producer,schema_version", agg, PG_AGG, "the same answer in SQL", ""),
+            ("list --reason R --producer P --limit 50",
+             [DLQ, "list", "--reason", "retries_exhausted", "--producer", "svc-5", "--limit", "50"], PG_LIST, "", "< 50 ms"),
+            (f"aggregate --by reason,producer --since 2h ({recent:,} rows)",
+             [DLQ, "aggregate", "--by", "reason,producer", "--since", "2h"], PG_SINCE, "", "< 50 ms"),
+        )
+        rows = []
+        for name, cmd, sql, what, target in cases:
+            a = timed(cmd, args.runs, env)
+            d = timed(psql + [sql], args.runs)
+            rows.append(f"| {name} | {ms(a)} | {ms(d)} {what} | {statistics.median(a) / statistics.median(d):.2f}x | {target} |")
+        report.append("")
+        report.append(f"Scale: PostgreSQL, {n:,} dead letters (median of {args.runs} runs, each a new process; "
+                      f"the first aggregate after the load, which folds its deltas: {first_run * 1000:.0f} ms):")
+        report.append("")
+        report.append("| command | dlq | psql | ratio | target |")
+        report.append("|---|---|---|---|---|")
+        report.extend(rows)
+
+
+PGBENCH_INSERT = """\\set g random(1, 1000000000)
+INSERT INTO dead_letters (id, body, reason, attempts, headers_json, event_id, error, producer, schema_version, source_queue)
+VALUES ('w-' || :g || '-' || :client_id || '-' || random(), convert_to('{"event_id":"evt-' || :g || '","customer":{"id":"c-' || (:g % 50000) || '"},"pad":"' || repeat('x', 150) || '"}', 'UTF8'),
+ (ARRAY['poison_message','permanent_failure','retries_exhausted'])[1 + (:g % 3)], 3, '{"x-producer":"svc-1"}',
+ 'evt-' || :g, 'ValueError: bad', 'svc-' || (:g % 20), (:g % 5)::text, 'queue-' || (:g % 10));
+"""
+
+
+def inserts(args, report):
+    """The workers' inserts with and without the triggers that keep aggregate's counts, on
+    one table (--rows rows already in it), alternating: 8 writers of single-row inserts
+    (pgbench, one transaction each, as the seed's worker writes), and INSERT ... SELECT of
+    100,000 rows. Checkpoints before each measurement; medians of --insert-rounds."""
+    if not shutil.which("pgbench"):
+        report.append("- inserts: skipped, pgbench is not installed (Debian: postgresql-contrib)")
+        return
+    with scratch(with_queue=False) as (_, db, tmp):
+        env = dlq_env(f"postgres://postgres@127.0.0.1:5432/{db}")
+        run([DLQ, "migrate"], env=env)
+        psql = ["psql", "-X", "-q", "-h", "127.0.0.1", "-U", "postgres", "-d", db, "-v", "ON_ERROR_STOP=1", "-c"]
+        run(psql + [PG_ROWS.format(n=args.rows)])
+        run(psql + ["VACUUM ANALYZE dead_letters"])
+        script = os.path.join(tmp, "insert.sql")
+        with open(script, "w") as f:
+            f.write(PGBENCH_INSERT)
+        tps = {"ENABLE": [], "DISABLE": []}
+        bulk = {"ENABLE": [], "DISABLE": []}
+        for r in range(args.insert_rounds):
+            for how in ("ENABLE", "DISABLE") if r % 2 == 0 else ("DISABLE", "ENABLE"):
+                kept_counts(db, how)
+                run(psql + ["CHECKPOINT"])
+                out = run(["pgbench", "-h", "127.0.0.1", "-U", "postgres", "-n", "-c", "8", "-j", "2", "-T", "10",
+                           "-f", script, db]).stdout.decode()
+                tps[how].append(float(re.search(r"tps = ([0-9.]+)", out).group(1)))
+                run(psql + ["CHECKPOINT"])
+                t = time.perf_counter()
+                run(psql + [pg_rows_chunk(1, 100_000).replace("'bench-' || g", f"'bulk-{r}-{how}-' || g")])
+                bulk[how].append(time.perf_counter() - t)
+        on, off = statistics.median(tps["ENABLE"]), statistics.median(tps["DISABLE"])
+        bon, boff = statistics.median(bulk["ENABLE"]), statistics.median(bulk["DISABLE"])
+        report.append("")
+        report.append(f"The workers' inserts with and without the kept counts, one table of {args.rows:,} rows, "
+                      f"alternating, median of {args.insert_rounds} rounds:")
+        report.append("")
+        report.append("| insert | kept counts off (the schema before them) | on | cost on/off | target |")
+        report.append("|---|---|---|---|---|")
+        report.append(f"| 8 writers, single-row INSERT, one transaction each (pgbench, 10 s) | {off:,.0f}/s | {on:,.0f}/s "
+                      f"| {off / on:.2f}x | <= 1.1x |")
+        report.append(f"| INSERT ... SELECT of 100,000 rows | {boff:.2f} s | {bon:.2f} s | {bon / boff:.2f}x | <= 1.1x |")
+        report.append(f"| (per round, writers tps off/on) | {' '.join(f'{x:,.0f}' for x in tps['DISABLE'])} "
+                      f"| {' '.join(f'{x:,.0f}' for x in tps['ENABLE'])} | | |")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rows", type=int, default=1_000_000)
@@ -766,16 +898,19 @@ def main():
     p.add_argument("--bigbody-runs", type=int, default=5)
     p.add_argument("--import-rows", type=int, default=50_000)
     p.add_argument("--import-body", type=int, default=2_000, help="import: bytes of padding per body")
-    p.add_argument("--only", choices=["triage", "flood", "export", "replay", "plan", "capture", "bigbody", "import_lock"])
+    p.add_argument("--insert-rounds", type=int, default=6)
+    p.add_argument("--only", choices=["triage", "flood", "export", "scale", "inserts", "replay", "plan", "capture", "bigbody", "import_lock"])
     p.add_argument("--baseline", help="flood, import_lock: an older dlq binary to compare with (before/after)")
     args = p.parse_args()
     run(["cargo", "build", "--quiet", "--release", "--manifest-path", os.path.join(ROOT, "Cargo.toml"),
          "--bin", "dlq", "--example", "queue", "--example", "bare_publisher", "--example", "bare_consumer"])
     report = [f"Machine: {machine()}", f"Date: {time.strftime('%Y-%m-%d')}", ""]
-    # flood and export are also parts of triage: alone only when asked for.
+    # flood and export are also parts of triage: alone only when asked for; scale is
+    # meant for 10,000,000 rows and runs only when asked for.
     parts = {"export": export_only}
-    for part in ("triage", "flood", "export", "replay", "plan", "capture", "bigbody", "import_lock"):
-        if args.only == part or (args.only is None and part not in ("flood", "export")):
+    for part in ("triage", "flood", "export", "scale", "inserts", "replay", "plan", "capture", "bigbody",
+                 "import_lock"):
+        if args.only == part or (args.only is None and part not in ("flood", "export", "scale")):
             parts.get(part, globals().get(part))(args, report)
     print("\n".join(report))
 

@@ -2,8 +2,8 @@
 
 use super::protocol::{self, LeaseAfter, Resolution, WriteDialect};
 use super::read::{
-    claimed_row, import_history, push_where, Backend, Bind, Bucket, Dialect, Doc, NotUtf8, Sql,
-    TimeCol,
+    claimed_row, import_history, push_where, Backend, Bind, Bucket, Dialect, Doc, Fold, NotUtf8,
+    Rollup, Sql, TimeCol,
 };
 use super::{
     check_prune_filter, db_error, migration_error, newly_applied, CaptureOutcome, CapturedLetter,
@@ -102,6 +102,43 @@ impl Backend for PgStore {
     }
     fn db_err(&self, e: sqlx::Error) -> DlqError {
         db_error(e)
+    }
+    fn rollup(&self) -> Option<&dyn Rollup> {
+        Some(self)
+    }
+}
+
+/// Folds the deltas into the counts (`dlq_rollup_fold`, which runs with the rights of
+/// the role that migrated; it returns at once when another fold is under way, and the
+/// read sums what is left), and says whether this role may read them. A standby cannot
+/// fold (25006): the counts are read as the deltas left them. A schema older than them
+/// (42883, 42P01: no such function or table), or a role that may not read them, has the
+/// rows read instead.
+#[async_trait]
+impl Rollup for PgStore {
+    async fn fold(&self) -> Result<Fold> {
+        const READABLE: &str = "has_table_privilege('dead_letter_rollup', 'SELECT') \
+             AND has_table_privilege('dead_letter_rollup_delta', 'SELECT')";
+        let folded = sqlx::query_scalar::<_, bool>(&format!(
+            "SELECT {READABLE} FROM (SELECT dlq_rollup_fold()) AS folded"
+        ))
+        .fetch_one(&self.pool)
+        .await;
+        let e = match folded {
+            Ok(readable) => return Ok(Fold::readable(readable)),
+            Err(e) => e,
+        };
+        match e.as_database_error().and_then(|d| d.code()).as_deref() {
+            Some("25006") => {
+                let readable = sqlx::query_scalar::<_, bool>(&format!("SELECT {READABLE}"))
+                    .fetch_one(&self.pool)
+                    .await
+                    .map_err(db_error)?;
+                Ok(Fold::readable(readable))
+            }
+            Some("42883" | "42P01") => Ok(Fold::Unavailable),
+            _ => Err(db_error(e)),
+        }
     }
 }
 

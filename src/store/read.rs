@@ -11,8 +11,9 @@
 //! This file holds the dialect, the [`Reads`] trait and the few helpers every read runs
 //! through; each read's SQL sits in the file of what it reads, so that a new read joins
 //! its neighbours: [`filter`] (the WHERE clause and states), [`columns`] (the SELECT lists
-//! and row decoding), [`list`] (summaries, counts, aggregates), [`letters`] (whole rows,
-//! history), [`plan`] (plan candidates, returned events), [`export`].
+//! and row decoding), [`list`] (summaries, counts, aggregates), [`rollup`] (aggregates
+//! from the counts a store keeps), [`letters`] (whole rows, history), [`plan`] (plan
+//! candidates, returned events), [`export`].
 
 use super::{NewDeadLetter, PlanCandidate};
 use crate::error::{DlqError, Result};
@@ -33,6 +34,7 @@ mod filter;
 mod letters;
 mod list;
 mod plan;
+mod rollup;
 mod rows;
 mod sql;
 
@@ -44,6 +46,7 @@ use decode::time;
 pub(crate) use decode::Columns;
 pub(crate) use decode::{required, text};
 pub(crate) use filter::{push_where, state_of, where_sql};
+pub(crate) use rollup::{Fold, Rollup};
 pub(crate) use rows::{exported, import_history};
 pub use sql::Sql;
 
@@ -212,6 +215,10 @@ pub trait Backend: Send + Sync {
     /// Runs the export's statement itself, off the async driver; `None`: the driver
     /// streams its rows (see `store/sqlite_export.rs` for why SQLite does).
     fn bulk_export(&self) -> Option<&dyn BulkExport> {
+        None
+    }
+    /// The per-group counts `aggregate` reads when its filter allows (see [`rollup`]).
+    fn rollup(&self) -> Option<&dyn Rollup> {
         None
     }
 }
@@ -418,7 +425,10 @@ impl<B: Backend> Reads for B {
     }
 
     async fn aggregate(&self, dims: &[Dimension], filter: &Filter) -> Result<Vec<Group>> {
-        list::aggregate(self, dims, filter).await
+        match rollup::aggregate(self, dims, filter).await? {
+            Some(groups) => Ok(groups),
+            None => list::aggregate(self, dims, filter).await,
+        }
     }
 
     async fn load(&self, ids: &[String]) -> Result<Vec<DeadLetter>> {

@@ -4,10 +4,10 @@
 use super::decode::summary;
 use super::{
     all, by_ids, count_of, each, push_where, select, state_of, summary_columns, text, Backend,
-    Bind, Bucket, Decoded, Dialect, NotUtf8, TimeCol,
+    Bind, Bucket, Dialect, NotUtf8, TimeCol,
 };
 use crate::error::Result;
-use crate::model::{Dimension, Filter, Group, GroupKey, State, Summary};
+use crate::model::{Dimension, Filter, Group, State, Summary};
 use sqlx::QueryBuilder;
 
 /// `substr` rather than `LIKE`: an ID may hold `%` or `_`, and SQLite's `LIKE` ignores
@@ -133,37 +133,7 @@ pub(super) async fn aggregate<B: Backend>(
         positions.join(", "),
         n + 1
     ));
-    all(b, &mut qb, |row| {
-        let int = |col: &str| B::Db::int(row, col);
-        let keys = dims
-            .iter()
-            .enumerate()
-            .map(|(i, d)| {
-                let k = format!("k{i}");
-                Ok((
-                    *d,
-                    if d.is_time() {
-                        // A time no row of the group could be read in: "(unknown)".
-                        B::Db::time(row, &k)?.map_or(GroupKey::Text(None), GroupKey::Time)
-                    } else {
-                        GroupKey::Text(text::<B::Db>(row, &k)?)
-                    },
-                ))
-            })
-            .collect::<Decoded<Vec<_>>>()?;
-        Ok(Group {
-            keys,
-            count: int("n")?,
-            pending: int("pending")?,
-            claimed: int("claimed")?,
-            uncertain: int("uncertain")?,
-            replayed: int("replayed")?,
-            discarded: int("discarded")?,
-            first_seen: B::Db::time(row, "first_seen")?,
-            last_seen: B::Db::time(row, "last_seen")?,
-        })
-    })
-    .await
+    all(b, &mut qb, |row| super::rollup::group::<B>(row, dims)).await
 }
 
 pub(super) async fn summaries<B: Backend>(b: &B, ids: &[String]) -> Result<Vec<Summary>> {

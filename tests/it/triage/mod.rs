@@ -6,6 +6,7 @@ mod discard;
 mod export;
 mod filters;
 mod import;
+mod kept_counts;
 mod list;
 mod list_many;
 mod prune;

@@ -1,0 +1,247 @@
+-- Per-group counts kept as rows are written (issue 24), so that `aggregate` over a whole
+-- table of millions reads thousands of small rows instead of every dead letter.
+--
+-- Writers only append: each INSERT, UPDATE or DELETE statement on dead_letters appends
+-- its deltas (one row per bucket and state it changed; one per row for a single-row
+-- INSERT, whose grouping would cost more than the row) to dead_letter_rollup_delta, in
+-- its own transaction. No writer updates a shared row, so concurrent inserts never
+-- queue behind one. Now and then (one insert statement in a thousand, and every
+-- `dlq aggregate`) the deltas are folded into dead_letter_rollup, one row per bucket and
+-- state; a fold never waits for another.
+--
+-- A bucket is (reason, producer, schema version, source queue, error class, UTC hour).
+-- `state` is a row's state without the clock: 'leased' (a claim is recorded, no attempt
+-- yet) is told apart into claimed and pending by reading those few rows when asked.
+-- The first and last time of a bucket a row left (a DELETE, or an UPDATE of its keys or
+-- time) cannot be known from deltas: `stale` marks it, and it is read again from
+-- dead_letters (by the fold, or by the read until a fold has run).
+--
+-- The functions that write the counts run with the rights of the role that ran
+-- `dlq migrate` (SECURITY DEFINER, its search_path fixed): a worker's role that may only
+-- INSERT into dead_letters needs no right on these tables, and a reader may fold them.
+CREATE TABLE IF NOT EXISTS dead_letter_rollup (
+    reason             TEXT,
+    eff_producer       TEXT,
+    eff_schema_version TEXT,
+    source_queue       TEXT,
+    eff_error_class    TEXT,
+    hour               TIMESTAMPTZ,
+    state              TEXT NOT NULL,
+    n                  BIGINT NOT NULL,
+    first_seen         TIMESTAMPTZ,
+    last_seen          TIMESTAMPTZ,
+    stale              BOOLEAN NOT NULL DEFAULT false,
+    UNIQUE NULLS NOT DISTINCT (reason, eff_producer, eff_schema_version, source_queue,
+                               eff_error_class, hour, state)
+);
+
+CREATE TABLE IF NOT EXISTS dead_letter_rollup_delta (LIKE dead_letter_rollup INCLUDING DEFAULTS);
+
+CREATE OR REPLACE FUNCTION dlq_rollup_hour(at TIMESTAMPTZ) RETURNS TIMESTAMPTZ
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT date_trunc('hour', at AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'
+$$;
+
+-- The state without the clock (store::state_predicate_at is the one with it).
+CREATE OR REPLACE FUNCTION dlq_rollup_state(replayed_at TIMESTAMPTZ, discarded_at TIMESTAMPTZ,
+    attempt_at TIMESTAMPTZ, owner TEXT, expires_at TIMESTAMPTZ) RETURNS TEXT
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT CASE WHEN replayed_at IS NOT NULL THEN 'replayed'
+                WHEN discarded_at IS NOT NULL THEN 'discarded'
+                WHEN attempt_at IS NOT NULL THEN 'uncertain'
+                WHEN owner IS NOT NULL AND expires_at IS NOT NULL THEN 'leased'
+                ELSE 'open' END
+$$;
+
+-- Moves the deltas into the counts. Returns at once when another fold holds the lock
+-- (its transaction may be a worker's, still open): the deltas wait for the next one.
+-- Concurrent deletes of a delta and upserts of a count are safe in any case; the lock
+-- keeps folds from queueing behind each other's rows.
+CREATE OR REPLACE FUNCTION dlq_rollup_compact() RETURNS boolean LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT AS $$
+BEGIN
+    IF NOT pg_try_advisory_xact_lock(hashtextextended('dlq_rollup_fold', 0)) THEN
+        RETURN false;
+    END IF;
+    WITH gone AS (
+        DELETE FROM dead_letter_rollup_delta RETURNING *
+    )
+    INSERT INTO dead_letter_rollup AS r (reason, eff_producer, eff_schema_version,
+        source_queue, eff_error_class, hour, state, n, first_seen, last_seen, stale)
+    SELECT reason, eff_producer, eff_schema_version, source_queue, eff_error_class, hour,
+           state, sum(n), min(first_seen), max(last_seen), bool_or(stale)
+    FROM gone GROUP BY 1, 2, 3, 4, 5, 6, 7
+    ON CONFLICT (reason, eff_producer, eff_schema_version, source_queue, eff_error_class,
+                 hour, state)
+    DO UPDATE SET n = r.n + EXCLUDED.n,
+                  first_seen = LEAST(r.first_seen, EXCLUDED.first_seen),
+                  last_seen = GREATEST(r.last_seen, EXCLUDED.last_seen),
+                  stale = r.stale OR EXCLUDED.stale;
+    DELETE FROM dead_letter_rollup WHERE n = 0 AND NOT stale;
+    RETURN true;
+END;
+$$;
+
+-- What `dlq aggregate` runs first: a compaction, then the times of stale buckets read
+-- again. The rows are read in a later snapshot than the deltas were folded in; a write
+-- committed in between is in both, and its delta carries its own time or stale mark, so
+-- reading it twice changes nothing.
+CREATE OR REPLACE FUNCTION dlq_rollup_fold() RETURNS void LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT AS $$
+BEGIN
+    IF NOT dlq_rollup_compact() THEN
+        RETURN;
+    END IF;
+    WITH buckets AS (
+        SELECT DISTINCT reason, eff_producer, eff_schema_version, source_queue,
+               eff_error_class, hour
+        FROM dead_letter_rollup WHERE stale
+    ), fresh AS (
+        SELECT b.reason, b.eff_producer, b.eff_schema_version, b.source_queue,
+               b.eff_error_class, b.hour, min(d.dead_lettered_at) AS f,
+               max(d.dead_lettered_at) AS l
+        FROM buckets b JOIN dead_letters d
+          ON d.reason = b.reason AND d.dead_lettered_at >= b.hour
+         AND d.dead_lettered_at < b.hour + interval '1 hour'
+         AND (d.eff_producer, d.eff_schema_version, d.source_queue, d.eff_error_class)
+             IS NOT DISTINCT FROM
+             (b.eff_producer, b.eff_schema_version, b.source_queue, b.eff_error_class)
+        GROUP BY 1, 2, 3, 4, 5, 6
+    )
+    UPDATE dead_letter_rollup r
+    SET first_seen = fresh.f, last_seen = fresh.l, stale = false
+    FROM buckets b LEFT JOIN fresh
+      ON (fresh.reason, fresh.eff_producer, fresh.eff_schema_version, fresh.source_queue,
+          fresh.eff_error_class, fresh.hour)
+         IS NOT DISTINCT FROM
+         (b.reason, b.eff_producer, b.eff_schema_version, b.source_queue,
+          b.eff_error_class, b.hour)
+    WHERE (r.reason, r.eff_producer, r.eff_schema_version, r.source_queue,
+           r.eff_error_class, r.hour)
+          IS NOT DISTINCT FROM
+          (b.reason, b.eff_producer, b.eff_schema_version, b.source_queue,
+           b.eff_error_class, b.hour);
+    DELETE FROM dead_letter_rollup WHERE n = 0;
+END;
+$$;
+
+CREATE OR REPLACE FUNCTION dlq_rollup_insert() RETURNS trigger LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM new_rows OFFSET 1) THEN
+        INSERT INTO dead_letter_rollup_delta (reason, eff_producer, eff_schema_version,
+            source_queue, eff_error_class, hour, state, n, first_seen, last_seen)
+        SELECT reason, eff_producer, eff_schema_version, source_queue, eff_error_class,
+               dlq_rollup_hour(dead_lettered_at),
+               dlq_rollup_state(replayed_at, discarded_at, replay_attempt_at,
+                                replay_claim_owner, replay_claim_expires_at),
+               count(*), min(dead_lettered_at), max(dead_lettered_at)
+        FROM new_rows GROUP BY 1, 2, 3, 4, 5, 6, 7;
+    ELSE
+        INSERT INTO dead_letter_rollup_delta (reason, eff_producer, eff_schema_version,
+            source_queue, eff_error_class, hour, state, n, first_seen, last_seen)
+        SELECT reason, eff_producer, eff_schema_version, source_queue, eff_error_class,
+               dlq_rollup_hour(dead_lettered_at),
+               dlq_rollup_state(replayed_at, discarded_at, replay_attempt_at,
+                                replay_claim_owner, replay_claim_expires_at),
+               1, dead_lettered_at, dead_lettered_at
+        FROM new_rows;
+    END IF;
+    IF random() < 0.001 THEN
+        PERFORM dlq_rollup_compact();
+    END IF;
+    RETURN NULL;
+END;
+$$;
+
+-- A row that changes state moves -1/+1 between two states of its bucket (a claim, an
+-- attempt, a mark); an UPDATE that changes neither state nor bucket appends nothing. A
+-- row that leaves its bucket or changes its time makes the old bucket stale.
+CREATE OR REPLACE FUNCTION dlq_rollup_update() RETURNS trigger LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT AS $$
+BEGIN
+    INSERT INTO dead_letter_rollup_delta (reason, eff_producer, eff_schema_version,
+        source_queue, eff_error_class, hour, state, n, first_seen, last_seen, stale)
+    SELECT reason, eff_producer, eff_schema_version, source_queue, eff_error_class, hour,
+           state, sum(n), min(at), max(at), bool_or(moved)
+    FROM (
+        SELECT o.reason, o.eff_producer, o.eff_schema_version, o.source_queue,
+               o.eff_error_class, dlq_rollup_hour(o.dead_lettered_at) AS hour,
+               dlq_rollup_state(o.replayed_at, o.discarded_at, o.replay_attempt_at,
+                                o.replay_claim_owner, o.replay_claim_expires_at) AS state,
+               -1 AS n, NULL::timestamptz AS at,
+               NOT EXISTS (
+                   SELECT 1 FROM new_rows w
+                   WHERE w.id = o.id
+                     AND (w.reason, w.eff_producer, w.eff_schema_version, w.source_queue,
+                          w.eff_error_class, w.dead_lettered_at)
+                         IS NOT DISTINCT FROM
+                         (o.reason, o.eff_producer, o.eff_schema_version, o.source_queue,
+                          o.eff_error_class, o.dead_lettered_at)) AS moved
+        FROM old_rows o
+        UNION ALL
+        SELECT reason, eff_producer, eff_schema_version, source_queue, eff_error_class,
+               dlq_rollup_hour(dead_lettered_at),
+               dlq_rollup_state(replayed_at, discarded_at, replay_attempt_at,
+                                replay_claim_owner, replay_claim_expires_at),
+               1, dead_lettered_at, false
+        FROM new_rows
+    ) AS d
+    GROUP BY 1, 2, 3, 4, 5, 6, 7
+    HAVING sum(n) <> 0 OR bool_or(moved);
+    RETURN NULL;
+END;
+$$;
+
+CREATE OR REPLACE FUNCTION dlq_rollup_delete() RETURNS trigger LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT AS $$
+BEGIN
+    INSERT INTO dead_letter_rollup_delta (reason, eff_producer, eff_schema_version,
+        source_queue, eff_error_class, hour, state, n, stale)
+    SELECT reason, eff_producer, eff_schema_version, source_queue, eff_error_class,
+           dlq_rollup_hour(dead_lettered_at),
+           dlq_rollup_state(replayed_at, discarded_at, replay_attempt_at, replay_claim_owner,
+                            replay_claim_expires_at),
+           -count(*), true
+    FROM old_rows GROUP BY 1, 2, 3, 4, 5, 6, 7;
+    RETURN NULL;
+END;
+$$;
+
+CREATE OR REPLACE FUNCTION dlq_rollup_truncate() RETURNS trigger LANGUAGE plpgsql
+SECURITY DEFINER SET search_path FROM CURRENT AS $$
+BEGIN
+    DELETE FROM dead_letter_rollup_delta;
+    DELETE FROM dead_letter_rollup;
+    RETURN NULL;
+END;
+$$;
+
+DROP TRIGGER IF EXISTS dead_letters_rollup_insert ON dead_letters;
+CREATE TRIGGER dead_letters_rollup_insert AFTER INSERT ON dead_letters
+    REFERENCING NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION dlq_rollup_insert();
+DROP TRIGGER IF EXISTS dead_letters_rollup_update ON dead_letters;
+CREATE TRIGGER dead_letters_rollup_update AFTER UPDATE ON dead_letters
+    REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION dlq_rollup_update();
+DROP TRIGGER IF EXISTS dead_letters_rollup_delete ON dead_letters;
+CREATE TRIGGER dead_letters_rollup_delete AFTER DELETE ON dead_letters
+    REFERENCING OLD TABLE AS old_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION dlq_rollup_delete();
+DROP TRIGGER IF EXISTS dead_letters_rollup_truncate ON dead_letters;
+CREATE TRIGGER dead_letters_rollup_truncate AFTER TRUNCATE ON dead_letters
+    FOR EACH STATEMENT EXECUTE FUNCTION dlq_rollup_truncate();
+
+-- The rows already there, counted once: creating the triggers above holds writers back
+-- until this transaction commits, so no row is counted twice or missed.
+DELETE FROM dead_letter_rollup_delta;
+DELETE FROM dead_letter_rollup;
+INSERT INTO dead_letter_rollup (reason, eff_producer, eff_schema_version, source_queue,
+    eff_error_class, hour, state, n, first_seen, last_seen)
+SELECT reason, eff_producer, eff_schema_version, source_queue, eff_error_class,
+       dlq_rollup_hour(dead_lettered_at),
+       dlq_rollup_state(replayed_at, discarded_at, replay_attempt_at, replay_claim_owner,
+                        replay_claim_expires_at),
+       count(*), min(dead_lettered_at), max(dead_lettered_at)
+FROM dead_letters GROUP BY 1, 2, 3, 4, 5, 6, 7;

@@ -1,0 +1,294 @@
+//! `aggregate` from the per-group counts PostgreSQL keeps as rows are written (issue 24):
+//! whatever writes the rows, and whenever the counts were last folded, it answers exactly
+//! as a scan of the rows does. A `--since` before every row makes dlq scan, so the two
+//! answers come from the same binary.
+
+use super::*;
+use std::process::Command;
+
+/// A scan of every row: the counts cannot answer a time window.
+const ALL_TIME: &str = "1970-01-01T00:00:00Z";
+
+const GROUPINGS: [&str; 5] = [
+    "reason,producer,schema_version",
+    "source_queue,error_class",
+    "hour",
+    "day,reason",
+    "producer",
+];
+
+/// Every grouping, with and without a key filter, answers as the scan.
+fn answers_as_a_scan(db: &TestDb, step: &str) {
+    for by in GROUPINGS {
+        for filter in [
+            &[][..],
+            &["--reason", "poison_message", "--producer", "billing"][..],
+        ] {
+            let mut kept = vec!["aggregate", "--by", by];
+            kept.extend(filter);
+            let counted = db.dlq(&kept);
+            assert_eq!(counted.code, 0, "{step}: {}", counted.all());
+            let mut scan = kept.clone();
+            scan.extend(["--since", ALL_TIME]);
+            let scanned = db.dlq(&scan);
+            assert_eq!(
+                counted.json(),
+                scanned.json(),
+                "{step}: aggregate --by {by} {filter:?}"
+            );
+        }
+    }
+}
+
+/// 40 rows in one statement across hours, producers and missing keys.
+const BULK: &str = "INSERT INTO dead_letters (id, body, reason, attempts, headers_json, producer, \
+     schema_version, source_queue, error, dead_lettered_at) \
+     SELECT 'bulk-' || g, convert_to('{}', 'UTF8'), \
+            (ARRAY['poison_message','permanent_failure'])[1 + g % 2], 1, '{}', \
+            CASE WHEN g % 3 = 0 THEN NULL ELSE 'billing' END, \
+            CASE WHEN g % 4 = 0 THEN NULL ELSE '3' END, \
+            CASE WHEN g % 5 = 0 THEN NULL ELSE 'orders' END, \
+            CASE WHEN g % 2 = 0 THEN 'ValueError: x' END, \
+            TIMESTAMPTZ '2026-11-28T20:00:00Z' + g * interval '7 minutes' \
+     FROM generate_series(1, 40) g";
+
+#[test]
+fn kept_counts_answer_as_a_scan_after_every_kind_of_write() {
+    let db = TestDb::new(Backend::Postgres);
+    // Rows the workers wrote before this schema are counted by the migration.
+    db.sql(&[
+        "CREATE TABLE dead_letters (id TEXT PRIMARY KEY, body BYTEA NOT NULL, reason TEXT NOT NULL, \
+         attempts INTEGER NOT NULL, headers_json TEXT NOT NULL, replayed_at TIMESTAMPTZ NULL, \
+         replay_claim_owner TEXT NULL, replay_claim_expires_at TIMESTAMPTZ NULL, \
+         last_replay_error TEXT NULL)",
+        "INSERT INTO dead_letters (id, body, reason, attempts, headers_json) \
+         VALUES ('old-1', 'x', 'poison_message', 1, '{\"x-producer\":\"billing\"}'), \
+                ('old-2', 'y', 'permanent_failure', 2, '{}')",
+    ]);
+    assert_eq!(db.dlq(&["migrate"]).code, 0);
+    answers_as_a_scan(&db, "after migrate");
+    db.import_examples();
+    db.sql(&[BULK]);
+    for i in 0..5 {
+        db.sql(&[&format!(
+            "INSERT INTO dead_letters (id, body, reason, attempts, headers_json, producer) \
+             VALUES ('one-{i}', 'z', 'poison_message', 1, '{{}}', 'billing')"
+        )]);
+    }
+    answers_as_a_scan(&db, "after bulk and single-row inserts");
+
+    // Claims: two live, one whose lease lapses (pending again without a write).
+    let ids = db.ids(&["--reason", "poison_message", "--producer", "billing"]);
+    for (id, lease) in [(&ids[0], "5m"), (&ids[1], "5m"), (&ids[2], "1s")] {
+        let r = db.dlq(&["claim", id, "--lease", lease]);
+        assert_eq!(r.code, 0, "{}", r.all());
+    }
+    answers_as_a_scan(&db, "with live leases");
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    answers_as_a_scan(&db, "after a lease lapsed");
+
+    // Discard and restore; an attempt and a mark written as another tool would.
+    let r = db.dlq(&["discard", &ids[3], "--note", "bad", "--yes"]);
+    assert_eq!(r.code, 0, "{}", r.all());
+    assert_eq!(
+        db.dlq(&["discard", &ids[4], "--note", "bad", "--yes"]).code,
+        0
+    );
+    assert_eq!(
+        db.dlq(&["restore", &ids[4], "--note", "back", "--yes"])
+            .code,
+        0
+    );
+    db.sql(&[
+        &format!(
+            "UPDATE dead_letters SET replay_attempt_at = now() WHERE id = '{}'",
+            ids[5]
+        ),
+        &format!(
+            "UPDATE dead_letters SET replayed_at = now() WHERE id = '{}'",
+            ids[6]
+        ),
+    ]);
+    answers_as_a_scan(&db, "after discard, restore, attempt and mark");
+
+    // Rows leaving their bucket: the first and last times must be read again.
+    db.sql(&[
+        "DELETE FROM dead_letters WHERE id = 'bulk-1'",
+        "DELETE FROM dead_letters WHERE id = 'bulk-40'",
+        "UPDATE dead_letters SET producer = 'moved' WHERE id = 'bulk-2'",
+        "UPDATE dead_letters SET dead_lettered_at = dead_lettered_at + interval '1 minute' \
+         WHERE id = 'bulk-4'",
+    ]);
+    answers_as_a_scan(&db, "after deletes and moves");
+    let r = db.dlq(&[
+        "prune",
+        "--older-than",
+        "1ms",
+        "--state",
+        "replayed,discarded",
+        "--yes",
+    ]);
+    assert_eq!(r.code, 0, "{}", r.all());
+    answers_as_a_scan(&db, "after prune");
+
+    // A fold under way elsewhere (its transaction still open): the read sums the deltas
+    // and reads stale buckets' times from the rows itself.
+    held_fold(&db, || {
+        db.sql(&["DELETE FROM dead_letters WHERE id = 'bulk-3'"]);
+        answers_as_a_scan(&db, "while another fold holds the lock");
+    });
+    assert_eq!(db.dlq(&["aggregate", "--by", "reason"]).code, 0);
+    assert_eq!(
+        db.scalar("SELECT count(*) FROM dead_letter_rollup_delta"),
+        0,
+        "the next aggregate folded the deltas left"
+    );
+
+    db.sql(&["TRUNCATE dead_letters", BULK]);
+    answers_as_a_scan(&db, "after truncate");
+
+    // The counts are what answers (a scan would not see this).
+    db.sql(&["UPDATE dead_letter_rollup SET n = n + 1000 WHERE state = 'open'"]);
+    let counted = db.dlq(&["aggregate", "--by", "reason"]).json();
+    let scanned = db
+        .dlq(&["aggregate", "--by", "reason", "--since", ALL_TIME])
+        .json();
+    assert_ne!(counted, scanned);
+}
+
+/// Runs `f` while another session holds the fold's lock.
+fn held_fold(db: &TestDb, f: impl FnOnce()) {
+    let mut psql = Command::new("psql")
+        .args(["-X", "-q", &db.url])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("psql");
+    use std::io::Write;
+    let mut stdin = psql.stdin.take().unwrap();
+    stdin
+        .write_all(
+            b"BEGIN; SELECT pg_advisory_xact_lock(hashtextextended('dlq_rollup_fold', 0));\n\
+              \\echo held\n",
+        )
+        .unwrap();
+    wait_for_line(psql.stdout.as_mut().unwrap(), "held");
+    f();
+    drop(stdin);
+    psql.wait().unwrap();
+}
+
+fn wait_for_line(out: &mut impl std::io::Read, want: &str) {
+    use std::io::BufRead;
+    let mut lines = std::io::BufReader::new(out).lines();
+    for line in lines.by_ref() {
+        if line.unwrap().trim() == want {
+            return;
+        }
+    }
+    panic!("psql never said {want}");
+}
+
+#[test]
+fn concurrent_writers_and_folds_lose_no_count() {
+    let db = TestDb::migrated(Backend::Postgres);
+    let url = db.url.clone();
+    rt().block_on(async move {
+        let pool = sqlx::postgres::PgPoolOptions::new()
+            .max_connections(10)
+            .connect(&url)
+            .await
+            .unwrap();
+        let writers = (0..8).map(|w| {
+            let pool = pool.clone();
+            tokio::spawn(async move {
+                for i in 0..150 {
+                    sqlx::query(
+                        "INSERT INTO dead_letters (id, body, reason, attempts, headers_json, producer) \
+                         VALUES ($1, 'b', 'poison_message', 1, '{}', $2)",
+                    )
+                    .bind(format!("w{w}-{i}"))
+                    .bind(format!("svc-{}", i % 3))
+                    .execute(&pool)
+                    .await
+                    .unwrap();
+                    // Far more often than the trigger's one in a thousand.
+                    if i % 10 == w {
+                        sqlx::query("SELECT dlq_rollup_fold()").execute(&pool).await.unwrap();
+                    }
+                }
+            })
+        });
+        for w in writers.collect::<Vec<_>>() {
+            w.await.unwrap();
+        }
+        pool.close().await;
+    });
+    assert_eq!(db.scalar("SELECT count(*) FROM dead_letters"), 1200);
+    answers_as_a_scan(&db, "after concurrent writers and folds");
+    let total: i64 = db
+        .dlq(&["aggregate", "--by", "producer"])
+        .json()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["count"].as_i64().unwrap())
+        .sum();
+    assert_eq!(total, 1200);
+}
+
+#[test]
+fn roles_without_rights_on_the_counts_write_and_read_as_before() {
+    let db = TestDb::migrated(Backend::Postgres);
+    db.import_examples();
+    // A worker's role that may only insert; readers that may read every table, or only
+    // the rows (as `dlq aggregate` needed before the counts).
+    let (worker, readers, rows_only) = (unique("dlq_w"), unique("dlq_ro"), unique("dlq_rows"));
+    db.sql(&[
+        &format!("CREATE ROLE {worker} LOGIN"),
+        &format!("GRANT INSERT ON dead_letters TO {worker}"),
+        &format!("CREATE ROLE {readers} LOGIN"),
+        &format!("GRANT SELECT ON ALL TABLES IN SCHEMA public TO {readers}"),
+        &format!("CREATE ROLE {rows_only} LOGIN"),
+        &format!("GRANT SELECT ON dead_letters, dead_letter_history TO {rows_only}"),
+    ]);
+    let url_of = |role: &str| db.url.replace("postgres@", &format!("{role}@"));
+    let inserted = rt().block_on(async {
+        let pool = sqlx::PgPool::connect(&url_of(&worker)).await.unwrap();
+        let r = sqlx::query(&format!("{BULK} LIMIT 5")).execute(&pool).await;
+        let one = sqlx::query(
+            "INSERT INTO dead_letters (id, body, reason, attempts, headers_json) \
+             VALUES ('by-worker', 'b', 'poison_message', 1, '{}')",
+        )
+        .execute(&pool)
+        .await;
+        pool.close().await;
+        (r.map(|r| r.rows_affected()), one.map(|r| r.rows_affected()))
+    });
+    db.sql(&["DELETE FROM dead_letters WHERE id = 'bulk-3'"]);
+    let scan = db.dlq(&["aggregate", "--by", "reason,producer", "--since", ALL_TIME]);
+    let as_role = |role: &str| {
+        db.dlq_env(
+            &["aggregate", "--by", "reason,producer"],
+            &[("DLQ_DATABASE_URL", &url_of(role))],
+        )
+    };
+    let (folded, scanned) = (as_role(&readers), as_role(&rows_only));
+    let deltas = db.scalar("SELECT count(*) FROM dead_letter_rollup_delta");
+    for role in [&worker, &readers, &rows_only] {
+        db.sql(&[
+            &format!("DROP OWNED BY {role}"),
+            &format!("DROP ROLE {role}"),
+        ]);
+    }
+    assert_eq!(inserted.0.expect("the worker's bulk insert"), 5);
+    assert_eq!(inserted.1.expect("the worker's single-row insert"), 1);
+    assert_eq!(
+        deltas, 0,
+        "a reader folds with the rights of the role that migrated"
+    );
+    for r in [folded, scanned] {
+        assert_eq!(r.code, 0, "{}", r.all());
+        assert_eq!(r.json(), scan.json());
+    }
+}
