@@ -58,7 +58,7 @@ $$;
 -- Concurrent deletes of a delta and upserts of a count are safe in any case; the lock
 -- keeps folds from queueing behind each other's rows.
 CREATE OR REPLACE FUNCTION dlq_rollup_compact() RETURNS boolean LANGUAGE plpgsql
-SECURITY DEFINER SET search_path FROM CURRENT AS $$
+SECURITY DEFINER SET search_path FROM CURRENT SET jit = off AS $$
 BEGIN
     IF NOT pg_try_advisory_xact_lock(hashtextextended('dlq_rollup_fold', 0)) THEN
         RETURN false;
@@ -87,7 +87,7 @@ $$;
 -- committed in between is in both, and its delta carries its own time or stale mark, so
 -- reading it twice changes nothing.
 CREATE OR REPLACE FUNCTION dlq_rollup_fold() RETURNS void LANGUAGE plpgsql
-SECURITY DEFINER SET search_path FROM CURRENT AS $$
+SECURITY DEFINER SET search_path FROM CURRENT SET jit = off AS $$
 BEGIN
     IF NOT dlq_rollup_compact() THEN
         RETURN;
@@ -97,36 +97,32 @@ BEGIN
                eff_error_class, hour
         FROM dead_letter_rollup WHERE stale
     ), fresh AS (
-        SELECT b.reason, b.eff_producer, b.eff_schema_version, b.source_queue,
-               b.eff_error_class, b.hour, min(d.dead_lettered_at) AS f,
-               max(d.dead_lettered_at) AS l
-        FROM buckets b JOIN dead_letters d
-          ON d.reason = b.reason AND d.dead_lettered_at >= b.hour
-         AND d.dead_lettered_at < b.hour + interval '1 hour'
-         AND (d.eff_producer, d.eff_schema_version, d.source_queue, d.eff_error_class)
-             IS NOT DISTINCT FROM
-             (b.eff_producer, b.eff_schema_version, b.source_queue, b.eff_error_class)
-        GROUP BY 1, 2, 3, 4, 5, 6
+        -- One index range (reason, time) per bucket, whatever the planner guesses.
+        SELECT b.*, t.f, t.l
+        FROM buckets b CROSS JOIN LATERAL (
+            SELECT min(d.dead_lettered_at) AS f, max(d.dead_lettered_at) AS l
+            FROM dead_letters d
+            WHERE d.reason = b.reason AND d.dead_lettered_at >= b.hour
+              AND d.dead_lettered_at < b.hour + interval '1 hour'
+              AND (d.eff_producer, d.eff_schema_version, d.source_queue, d.eff_error_class)
+                  IS NOT DISTINCT FROM
+                  (b.eff_producer, b.eff_schema_version, b.source_queue, b.eff_error_class)
+        ) AS t
     )
     UPDATE dead_letter_rollup r
     SET first_seen = fresh.f, last_seen = fresh.l, stale = false
-    FROM buckets b LEFT JOIN fresh
-      ON (fresh.reason, fresh.eff_producer, fresh.eff_schema_version, fresh.source_queue,
-          fresh.eff_error_class, fresh.hour)
-         IS NOT DISTINCT FROM
-         (b.reason, b.eff_producer, b.eff_schema_version, b.source_queue,
-          b.eff_error_class, b.hour)
-    WHERE (r.reason, r.eff_producer, r.eff_schema_version, r.source_queue,
-           r.eff_error_class, r.hour)
+    FROM fresh
+    WHERE r.reason = fresh.reason AND r.hour = fresh.hour
+      AND (r.eff_producer, r.eff_schema_version, r.source_queue, r.eff_error_class)
           IS NOT DISTINCT FROM
-          (b.reason, b.eff_producer, b.eff_schema_version, b.source_queue,
-           b.eff_error_class, b.hour);
+          (fresh.eff_producer, fresh.eff_schema_version, fresh.source_queue,
+           fresh.eff_error_class);
     DELETE FROM dead_letter_rollup WHERE n = 0;
 END;
 $$;
 
 CREATE OR REPLACE FUNCTION dlq_rollup_insert() RETURNS trigger LANGUAGE plpgsql
-SECURITY DEFINER SET search_path FROM CURRENT AS $$
+SECURITY DEFINER SET search_path FROM CURRENT SET jit = off AS $$
 BEGIN
     IF EXISTS (SELECT 1 FROM new_rows OFFSET 1) THEN
         INSERT INTO dead_letter_rollup_delta (reason, eff_producer, eff_schema_version,
@@ -158,7 +154,7 @@ $$;
 -- attempt, a mark); an UPDATE that changes neither state nor bucket appends nothing. A
 -- row that leaves its bucket or changes its time makes the old bucket stale.
 CREATE OR REPLACE FUNCTION dlq_rollup_update() RETURNS trigger LANGUAGE plpgsql
-SECURITY DEFINER SET search_path FROM CURRENT AS $$
+SECURITY DEFINER SET search_path FROM CURRENT SET jit = off AS $$
 BEGIN
     INSERT INTO dead_letter_rollup_delta (reason, eff_producer, eff_schema_version,
         source_queue, eff_error_class, hour, state, n, first_seen, last_seen, stale)
@@ -194,7 +190,7 @@ END;
 $$;
 
 CREATE OR REPLACE FUNCTION dlq_rollup_delete() RETURNS trigger LANGUAGE plpgsql
-SECURITY DEFINER SET search_path FROM CURRENT AS $$
+SECURITY DEFINER SET search_path FROM CURRENT SET jit = off AS $$
 BEGIN
     INSERT INTO dead_letter_rollup_delta (reason, eff_producer, eff_schema_version,
         source_queue, eff_error_class, hour, state, n, stale)
@@ -209,7 +205,7 @@ END;
 $$;
 
 CREATE OR REPLACE FUNCTION dlq_rollup_truncate() RETURNS trigger LANGUAGE plpgsql
-SECURITY DEFINER SET search_path FROM CURRENT AS $$
+SECURITY DEFINER SET search_path FROM CURRENT SET jit = off AS $$
 BEGIN
     DELETE FROM dead_letter_rollup_delta;
     DELETE FROM dead_letter_rollup;

@@ -119,8 +119,11 @@ impl Rollup for PgStore {
     async fn fold(&self) -> Result<Fold> {
         const READABLE: &str = "has_table_privilege('dead_letter_rollup', 'SELECT') \
              AND has_table_privilege('dead_letter_rollup_delta', 'SELECT')";
+        // JIT off for the read that follows on this one-shot connection: its plan looks
+        // costly (a lookup per bucket), and compiling it took longer than running it.
         let folded = sqlx::query_scalar::<_, bool>(&format!(
-            "SELECT {READABLE} FROM (SELECT dlq_rollup_fold()) AS folded"
+            "SELECT {READABLE} FROM (SELECT dlq_rollup_fold(), set_config('jit', 'off', false)) \
+             AS folded"
         ))
         .fetch_one(&self.pool)
         .await;

@@ -85,14 +85,19 @@ fn dimension(d: Dimension) -> &'static str {
     }
 }
 
-/// The rows of `dead_letters` in the buckets `b` names (a CTE of bucket columns).
-fn rows_of(b: &str) -> String {
+/// For each bucket of the CTE `b`, `inner` over its rows of `dead_letters` where `cond`,
+/// selected as `what` (of `m`): one index range (reason, time) per bucket, whatever the
+/// planner guesses of their number.
+fn per_bucket(b: &str, inner: &str, cond: &str, what: &str) -> String {
     format!(
-        "{b} b JOIN dead_letters d ON d.reason = b.reason \
+        "SELECT b.reason, b.eff_producer, b.eff_schema_version, b.source_queue, \
+           b.eff_error_class, b.hour, {what} FROM {b} b CROSS JOIN LATERAL (SELECT {inner} \
+         FROM dead_letters d WHERE d.reason = b.reason \
            AND d.dead_lettered_at >= b.hour AND d.dead_lettered_at < b.hour + interval '1 hour' \
            AND (d.eff_producer, d.eff_schema_version, d.source_queue, d.eff_error_class) \
                IS NOT DISTINCT FROM \
-               (b.eff_producer, b.eff_schema_version, b.source_queue, b.eff_error_class)"
+               (b.eff_producer, b.eff_schema_version, b.source_queue, b.eff_error_class) \
+           AND {cond}) AS m"
     )
 }
 
@@ -110,26 +115,32 @@ fn query<D: Dialect>(dims: &[Dimension], keys: &Filter) -> Sql {
     // The times of a bucket a row left are read again from its rows, until a fold has;
     // a bucket with a recorded claim has its live leases counted (claimed, not pending).
     sql.push(format!(
-        "), w AS (SELECT c.*, \
-           bool_or(stale) OVER bucket AS bucket_stale, \
-           sum(n) FILTER (WHERE state = 'leased') OVER bucket AS leased FROM c \
-           WINDOW bucket AS (PARTITION BY {KEYS}, hour)), \
-         stale AS (SELECT DISTINCT {KEYS}, hour FROM w WHERE bucket_stale), \
-         leased AS (SELECT DISTINCT {KEYS}, hour FROM w WHERE leased > 0), \
-         times AS (SELECT b.reason, b.eff_producer, b.eff_schema_version, b.source_queue, \
-           b.eff_error_class, b.hour, 'times' AS state, CAST(0 AS BIGINT) AS n, \
-           min(d.dead_lettered_at) AS first_seen, max(d.dead_lettered_at) AS last_seen \
-           FROM {} GROUP BY 1, 2, 3, 4, 5, 6), \
-         live AS (SELECT b.reason, b.eff_producer, b.eff_schema_version, b.source_queue, \
-           b.eff_error_class, b.hour, 'claimed' AS state, count(*) AS n, \
-           CAST(NULL AS timestamptz) AS first_seen, CAST(NULL AS timestamptz) AS last_seen \
-           FROM {} WHERE {claimed} GROUP BY 1, 2, 3, 4, 5, 6), \
-         u AS (SELECT {KEYS}, hour, state, n, \
-           CASE WHEN bucket_stale THEN NULL ELSE first_seen END AS first_seen, \
-           CASE WHEN bucket_stale THEN NULL ELSE last_seen END AS last_seen FROM w \
+        "), stale AS (SELECT DISTINCT {KEYS}, hour FROM c WHERE stale), \
+         leased AS (SELECT {KEYS}, hour FROM c WHERE state = 'leased' \
+           GROUP BY {KEYS}, hour HAVING sum(n) > 0), \
+         times AS ({}), live AS ({}), \
+         u AS (SELECT c.reason, c.eff_producer, c.eff_schema_version, c.source_queue, \
+           c.eff_error_class, c.hour, c.state, c.n, \
+           CASE WHEN s.hour IS NULL THEN c.first_seen END AS first_seen, \
+           CASE WHEN s.hour IS NULL THEN c.last_seen END AS last_seen \
+           FROM c LEFT JOIN stale s ON s.reason = c.reason AND s.hour = c.hour \
+            AND (s.eff_producer, s.eff_schema_version, s.source_queue, s.eff_error_class) \
+                IS NOT DISTINCT FROM \
+                (c.eff_producer, c.eff_schema_version, c.source_queue, c.eff_error_class) \
            UNION ALL SELECT * FROM times UNION ALL SELECT * FROM live) SELECT ",
-        rows_of("stale"),
-        rows_of("leased"),
+        per_bucket(
+            "stale",
+            "min(d.dead_lettered_at) AS f, max(d.dead_lettered_at) AS l",
+            "true",
+            "'times' AS state, CAST(0 AS BIGINT) AS n, m.f AS first_seen, m.l AS last_seen",
+        ),
+        per_bucket(
+            "leased",
+            "count(*) AS n",
+            &claimed,
+            "'claimed' AS state, m.n, CAST(NULL AS timestamptz) AS first_seen, \
+             CAST(NULL AS timestamptz) AS last_seen",
+        ),
     ));
     let sum = |cond: &str| format!("CAST(COALESCE(sum(n) FILTER (WHERE {cond}), 0) AS BIGINT)");
     let mut columns: Vec<String> = dims
