@@ -17,8 +17,10 @@
 -- dead_letters (by the fold, or by the read until a fold has run).
 --
 -- The functions that write the counts run with the rights of the role that ran
--- `dlq migrate` (SECURITY DEFINER, its search_path fixed): a worker's role that may only
--- INSERT into dead_letters needs no right on these tables, and a reader may fold them.
+-- `dlq migrate` (SECURITY DEFINER, search path fixed below): a worker's role that may
+-- only INSERT into dead_letters needs no right on these tables. Only that role folds
+-- from `dlq aggregate`; another reads the deltas unfolded (GRANT EXECUTE ON FUNCTION
+-- dlq_rollup_fold() to let it fold).
 CREATE TABLE IF NOT EXISTS dead_letter_rollup (
     reason             TEXT,
     eff_producer       TEXT,
@@ -31,11 +33,33 @@ CREATE TABLE IF NOT EXISTS dead_letter_rollup (
     first_seen         TIMESTAMPTZ,
     last_seen          TIMESTAMPTZ,
     stale              BOOLEAN NOT NULL DEFAULT false,
-    UNIQUE NULLS NOT DISTINCT (reason, eff_producer, eff_schema_version, source_queue,
-                               eff_error_class, hour, state)
+    -- The bucket's key texts hashed: a key may be longer than an index entry can be.
+    bucket             TEXT NOT NULL,
+    UNIQUE (bucket, state)
 );
 
-CREATE TABLE IF NOT EXISTS dead_letter_rollup_delta (LIKE dead_letter_rollup INCLUDING DEFAULTS);
+CREATE TABLE IF NOT EXISTS dead_letter_rollup_delta (
+    reason             TEXT,
+    eff_producer       TEXT,
+    eff_schema_version TEXT,
+    source_queue       TEXT,
+    eff_error_class    TEXT,
+    hour               TIMESTAMPTZ,
+    state              TEXT NOT NULL,
+    n                  BIGINT NOT NULL,
+    first_seen         TIMESTAMPTZ,
+    last_seen          TIMESTAMPTZ,
+    stale              BOOLEAN NOT NULL DEFAULT false
+);
+
+-- A NULL and an empty text hash apart (quote_nullable), and the hour by its epoch.
+CREATE OR REPLACE FUNCTION dlq_rollup_bucket(reason TEXT, producer TEXT, schema_version TEXT,
+    source_queue TEXT, error_class TEXT, hour TIMESTAMPTZ) RETURNS TEXT
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT md5(concat_ws(',', quote_nullable(reason), quote_nullable(producer),
+        quote_nullable(schema_version), quote_nullable(source_queue),
+        quote_nullable(error_class), quote_nullable(extract(epoch FROM hour)::text)))
+$$;
 
 CREATE OR REPLACE FUNCTION dlq_rollup_hour(at TIMESTAMPTZ) RETURNS TIMESTAMPTZ
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
@@ -58,7 +82,7 @@ $$;
 -- Concurrent deletes of a delta and upserts of a count are safe in any case; the lock
 -- keeps folds from queueing behind each other's rows.
 CREATE OR REPLACE FUNCTION dlq_rollup_compact() RETURNS boolean LANGUAGE plpgsql
-SECURITY DEFINER SET search_path FROM CURRENT SET jit = off AS $$
+SECURITY DEFINER SET jit = off AS $$
 BEGIN
     IF NOT pg_try_advisory_xact_lock(hashtextextended('dlq_rollup_fold', 0)) THEN
         RETURN false;
@@ -67,12 +91,13 @@ BEGIN
         DELETE FROM dead_letter_rollup_delta RETURNING *
     )
     INSERT INTO dead_letter_rollup AS r (reason, eff_producer, eff_schema_version,
-        source_queue, eff_error_class, hour, state, n, first_seen, last_seen, stale)
+        source_queue, eff_error_class, hour, state, n, first_seen, last_seen, stale, bucket)
     SELECT reason, eff_producer, eff_schema_version, source_queue, eff_error_class, hour,
-           state, sum(n), min(first_seen), max(last_seen), bool_or(stale)
+           state, sum(n), min(first_seen), max(last_seen), bool_or(stale),
+           dlq_rollup_bucket(reason, eff_producer, eff_schema_version, source_queue,
+                             eff_error_class, hour)
     FROM gone GROUP BY 1, 2, 3, 4, 5, 6, 7
-    ON CONFLICT (reason, eff_producer, eff_schema_version, source_queue, eff_error_class,
-                 hour, state)
+    ON CONFLICT (bucket, state)
     DO UPDATE SET n = r.n + EXCLUDED.n,
                   first_seen = LEAST(r.first_seen, EXCLUDED.first_seen),
                   last_seen = GREATEST(r.last_seen, EXCLUDED.last_seen),
@@ -87,7 +112,7 @@ $$;
 -- committed in between is in both, and its delta carries its own time or stale mark, so
 -- reading it twice changes nothing.
 CREATE OR REPLACE FUNCTION dlq_rollup_fold() RETURNS void LANGUAGE plpgsql
-SECURITY DEFINER SET search_path FROM CURRENT SET jit = off AS $$
+SECURITY DEFINER SET jit = off AS $$
 BEGIN
     IF NOT dlq_rollup_compact() THEN
         RETURN;
@@ -103,7 +128,8 @@ BEGIN
             SELECT min(d.dead_lettered_at) AS f, max(d.dead_lettered_at) AS l
             FROM dead_letters d
             WHERE d.reason = b.reason AND d.dead_lettered_at >= b.hour
-              AND d.dead_lettered_at < b.hour + interval '1 hour'
+              AND d.dead_lettered_at <= b.hour + interval '1 hour'
+              AND dlq_rollup_hour(d.dead_lettered_at) = b.hour
               AND (d.eff_producer, d.eff_schema_version, d.source_queue, d.eff_error_class)
                   IS NOT DISTINCT FROM
                   (b.eff_producer, b.eff_schema_version, b.source_queue, b.eff_error_class)
@@ -122,7 +148,7 @@ END;
 $$;
 
 CREATE OR REPLACE FUNCTION dlq_rollup_insert() RETURNS trigger LANGUAGE plpgsql
-SECURITY DEFINER SET search_path FROM CURRENT SET jit = off AS $$
+SECURITY DEFINER SET jit = off AS $$
 BEGIN
     IF EXISTS (SELECT 1 FROM new_rows OFFSET 1) THEN
         INSERT INTO dead_letter_rollup_delta (reason, eff_producer, eff_schema_version,
@@ -143,8 +169,15 @@ BEGIN
                1, dead_lettered_at, dead_lettered_at
         FROM new_rows;
     END IF;
-    IF random() < 0.001 THEN
-        PERFORM dlq_rollup_compact();
+    -- Now and then the writer folds too, so that a flood of single-row inserts leaves
+    -- few deltas; only under READ COMMITTED (an older snapshot would fail on a fold
+    -- committed since), and never failing the insert: the deltas wait for the next fold.
+    IF random() < 0.001 AND current_setting('transaction_isolation') = 'read committed' THEN
+        BEGIN
+            PERFORM dlq_rollup_compact();
+        EXCEPTION WHEN others THEN
+            NULL;
+        END;
     END IF;
     RETURN NULL;
 END;
@@ -154,7 +187,7 @@ $$;
 -- attempt, a mark); an UPDATE that changes neither state nor bucket appends nothing. A
 -- row that leaves its bucket or changes its time makes the old bucket stale.
 CREATE OR REPLACE FUNCTION dlq_rollup_update() RETURNS trigger LANGUAGE plpgsql
-SECURITY DEFINER SET search_path FROM CURRENT SET jit = off AS $$
+SECURITY DEFINER SET jit = off AS $$
 BEGIN
     INSERT INTO dead_letter_rollup_delta (reason, eff_producer, eff_schema_version,
         source_queue, eff_error_class, hour, state, n, first_seen, last_seen, stale)
@@ -190,7 +223,7 @@ END;
 $$;
 
 CREATE OR REPLACE FUNCTION dlq_rollup_delete() RETURNS trigger LANGUAGE plpgsql
-SECURITY DEFINER SET search_path FROM CURRENT SET jit = off AS $$
+SECURITY DEFINER SET jit = off AS $$
 BEGIN
     INSERT INTO dead_letter_rollup_delta (reason, eff_producer, eff_schema_version,
         source_queue, eff_error_class, hour, state, n, stale)
@@ -205,7 +238,7 @@ END;
 $$;
 
 CREATE OR REPLACE FUNCTION dlq_rollup_truncate() RETURNS trigger LANGUAGE plpgsql
-SECURITY DEFINER SET search_path FROM CURRENT SET jit = off AS $$
+SECURITY DEFINER SET jit = off AS $$
 BEGIN
     DELETE FROM dead_letter_rollup_delta;
     DELETE FROM dead_letter_rollup;
@@ -229,15 +262,35 @@ DROP TRIGGER IF EXISTS dead_letters_rollup_truncate ON dead_letters;
 CREATE TRIGGER dead_letters_rollup_truncate AFTER TRUNCATE ON dead_letters
     FOR EACH STATEMENT EXECUTE FUNCTION dlq_rollup_truncate();
 
+-- The functions run with the migrating role's rights, so they search only dlq's schema
+-- and then pg_temp (last: a session's temporary table never stands in for a dlq table),
+-- and only that role may call the folds (the triggers call them as that role).
+DO $$
+DECLARE
+    f TEXT;
+BEGIN
+    FOREACH f IN ARRAY ARRAY['dlq_rollup_compact()', 'dlq_rollup_fold()', 'dlq_rollup_insert()',
+                             'dlq_rollup_update()', 'dlq_rollup_delete()', 'dlq_rollup_truncate()']
+    LOOP
+        EXECUTE format('ALTER FUNCTION %s SET search_path = %I, pg_temp', f, current_schema());
+        EXECUTE format('REVOKE EXECUTE ON FUNCTION %s FROM PUBLIC', f);
+    END LOOP;
+END;
+$$;
+
 -- The rows already there, counted once: creating the triggers above holds writers back
 -- until this transaction commits, so no row is counted twice or missed.
 DELETE FROM dead_letter_rollup_delta;
 DELETE FROM dead_letter_rollup;
 INSERT INTO dead_letter_rollup (reason, eff_producer, eff_schema_version, source_queue,
-    eff_error_class, hour, state, n, first_seen, last_seen)
-SELECT reason, eff_producer, eff_schema_version, source_queue, eff_error_class,
-       dlq_rollup_hour(dead_lettered_at),
-       dlq_rollup_state(replayed_at, discarded_at, replay_attempt_at, replay_claim_owner,
-                        replay_claim_expires_at),
-       count(*), min(dead_lettered_at), max(dead_lettered_at)
-FROM dead_letters GROUP BY 1, 2, 3, 4, 5, 6, 7;
+    eff_error_class, hour, state, n, first_seen, last_seen, bucket)
+SELECT *, dlq_rollup_bucket(reason, eff_producer, eff_schema_version, source_queue,
+                            eff_error_class, hour)
+FROM (
+    SELECT reason, eff_producer, eff_schema_version, source_queue, eff_error_class,
+           dlq_rollup_hour(dead_lettered_at) AS hour,
+           dlq_rollup_state(replayed_at, discarded_at, replay_attempt_at, replay_claim_owner,
+                            replay_claim_expires_at),
+           count(*), min(dead_lettered_at), max(dead_lettered_at)
+    FROM dead_letters GROUP BY 1, 2, 3, 4, 5, 6, 7
+) AS counted;

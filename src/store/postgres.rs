@@ -110,10 +110,10 @@ impl Backend for PgStore {
 
 /// Folds the deltas into the counts (`dlq_rollup_fold`, which runs with the rights of
 /// the role that migrated; it returns at once when another fold is under way, and the
-/// read sums what is left), and says whether this role may read them. A standby cannot
-/// fold (25006): the counts are read as the deltas left them. A schema older than them
-/// (42883, 42P01: no such function or table), or a role that may not read them, has the
-/// rows read instead.
+/// read sums what is left), and says whether this role may read them. The counts only
+/// make the answer faster: when the fold fails (a standby, a role that may not run it, a
+/// timeout), the read sums the deltas unfolded, and a schema older than the counts or a
+/// role that may not read them has the rows read instead.
 #[async_trait]
 impl Rollup for PgStore {
     async fn fold(&self) -> Result<Fold> {
@@ -131,17 +131,22 @@ impl Rollup for PgStore {
             Ok(readable) => return Ok(Fold::readable(readable)),
             Err(e) => e,
         };
-        match e.as_database_error().and_then(|d| d.code()).as_deref() {
-            Some("25006") => {
-                let readable = sqlx::query_scalar::<_, bool>(&format!("SELECT {READABLE}"))
-                    .fetch_one(&self.pool)
-                    .await
-                    .map_err(db_error)?;
-                Ok(Fold::readable(readable))
-            }
-            Some("42883" | "42P01") => Ok(Fold::Unavailable),
-            _ => Err(db_error(e)),
+        let Some(code) = e.as_database_error().and_then(|d| d.code()) else {
+            return Err(db_error(e));
+        };
+        if matches!(code.as_ref(), "42883" | "42P01") {
+            return Ok(Fold::Unavailable);
         }
+        if code != "42501" {
+            tracing::warn!(sqlstate = %code, "could not fold aggregate's kept counts; reading them unfolded");
+        }
+        let readable = sqlx::query_scalar::<_, bool>(&format!(
+            "SELECT {READABLE}, set_config('jit', 'off', false)"
+        ))
+        .fetch_one(&self.pool)
+        .await
+        .map_err(db_error)?;
+        Ok(Fold::readable(readable))
     }
 }
 

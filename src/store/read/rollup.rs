@@ -93,7 +93,8 @@ fn per_bucket(b: &str, inner: &str, cond: &str, what: &str) -> String {
         "SELECT b.reason, b.eff_producer, b.eff_schema_version, b.source_queue, \
            b.eff_error_class, b.hour, {what} FROM {b} b CROSS JOIN LATERAL (SELECT {inner} \
          FROM dead_letters d WHERE d.reason = b.reason \
-           AND d.dead_lettered_at >= b.hour AND d.dead_lettered_at < b.hour + interval '1 hour' \
+           AND d.dead_lettered_at >= b.hour AND d.dead_lettered_at <= b.hour + interval '1 hour' \
+           AND dlq_rollup_hour(d.dead_lettered_at) = b.hour \
            AND (d.eff_producer, d.eff_schema_version, d.source_queue, d.eff_error_class) \
                IS NOT DISTINCT FROM \
                (b.eff_producer, b.eff_schema_version, b.source_queue, b.eff_error_class) \
