@@ -112,13 +112,17 @@ impl Backend for PgStore {
 /// the role that migrated; it returns at once when another fold is under way, and the
 /// read sums what is left), and says whether this role may read them. The counts only
 /// make the answer faster: when the fold fails (a standby, a role that may not run it, a
-/// timeout), the read sums the deltas unfolded, and a schema older than the counts or a
-/// role that may not read them has the rows read instead.
+/// timeout), the read sums the deltas unfolded, and a schema older than the counts, counts
+/// turned off (`dlq_rollup_disable()`) or a role that may not read them has the rows read
+/// instead.
 #[async_trait]
 impl Rollup for PgStore {
     async fn fold(&self) -> Result<Fold> {
+        // Kept (the four triggers on: `dlq_rollup_disable()` turns them off) and readable.
         const READABLE: &str = "has_table_privilege('dead_letter_rollup', 'SELECT') \
-             AND has_table_privilege('dead_letter_rollup_delta', 'SELECT')";
+             AND has_table_privilege('dead_letter_rollup_delta', 'SELECT') \
+             AND (SELECT count(*) FROM pg_trigger WHERE tgrelid = 'dead_letters'::regclass \
+                  AND tgname LIKE 'dead\\_letters\\_rollup\\_%' AND tgenabled <> 'D') = 4";
         // JIT off for the read that follows on this one-shot connection: its plan looks
         // costly (a lookup per bucket), and compiling it took longer than running it.
         let folded = sqlx::query_scalar::<_, bool>(&format!(
@@ -254,8 +258,33 @@ impl Dialect for Postgres {
         row.try_get(col)
     }
 
+    /// sqlx panics on a time chrono cannot hold (a worker's `'infinity'`): such a time is
+    /// a decoding error naming the column instead.
     fn time(row: &PgRow, col: &str) -> std::result::Result<Option<DateTime<Utc>>, sqlx::Error> {
-        row.try_get(col)
+        use sqlx::postgres::PgValueFormat;
+        use sqlx::{Row as _, ValueRef as _};
+        let raw = row.try_get_raw(col)?;
+        if raw.is_null() {
+            return Ok(None);
+        }
+        let micros = match (raw.format(), raw.as_bytes()) {
+            (PgValueFormat::Binary, Ok(b)) => b.try_into().ok().map(i64::from_be_bytes),
+            _ => None,
+        };
+        let Some(micros) = micros else {
+            return row.try_get(col);
+        };
+        // PostgreSQL counts microseconds from 2000-01-01; infinity is i64::MAX (MIN).
+        const PG_EPOCH_MICROS: i64 = 946_684_800_000_000;
+        PG_EPOCH_MICROS
+            .checked_add(micros)
+            .filter(|_| micros != i64::MAX && micros != i64::MIN)
+            .and_then(DateTime::from_timestamp_micros)
+            .map(Some)
+            .ok_or_else(|| sqlx::Error::ColumnDecode {
+                index: col.to_string(),
+                source: "a time outside what dlq can show (infinity?)".into(),
+            })
     }
 
     fn bytes<'r>(row: &'r PgRow, col: &str) -> std::result::Result<Option<&'r [u8]>, sqlx::Error> {

@@ -397,3 +397,49 @@ fn a_role_without_rights_cannot_change_the_counts_through_its_own_tables() {
     assert!(forged.is_err(), "only the role that migrated runs the fold");
     assert_eq!(after, before);
 }
+
+#[test]
+fn a_time_at_infinity_is_a_clear_error_not_a_crash() {
+    // sqlx panicked decoding PostgreSQL's 'infinity' (exit 101, "internal error"), in
+    // every read of such a row; the kept counts' buckets at infinity were empty ranges.
+    let db = TestDb::migrated(Backend::Postgres);
+    db.sql(&[
+        "INSERT INTO dead_letters (id, body, reason, attempts, headers_json, dead_lettered_at) \
+         VALUES ('inf-1', 'b', 'poison_message', 1, '{}', 'infinity')",
+    ]);
+    for args in [
+        &["aggregate", "--by", "reason"][..],
+        &["aggregate", "--by", "reason", "--since", ALL_TIME],
+        &["list"],
+    ] {
+        let r = db.dlq(args);
+        assert_ne!(r.code, 0, "{args:?}");
+        assert_ne!(r.code, 101, "{args:?}: {}", r.stderr);
+        assert!(r.stderr.contains("infinity"), "{args:?}: {}", r.stderr);
+        assert_eq!(r.stderr.trim().lines().count(), 1, "{}", r.stderr);
+    }
+}
+
+#[test]
+fn counts_turned_off_are_not_read_and_turned_on_are_counted_anew() {
+    // The owner's switch for the counts' cost on every write (docs/performance.md).
+    let db = TestDb::migrated(Backend::Postgres);
+    db.import_examples();
+    let deltas = "SELECT count(*) FROM dead_letter_rollup_delta";
+    db.sql(&["SELECT dlq_rollup_disable()"]);
+    let before = db.scalar(deltas);
+    db.sql(&[BULK, "DELETE FROM dead_letters WHERE id = 'bulk-1'"]);
+    assert_eq!(db.scalar(deltas), before, "nothing is kept while off");
+    answers_as_a_scan(&db, "with the counts off");
+    db.sql(&[
+        "SELECT dlq_rollup_enable()",
+        "DELETE FROM dead_letters WHERE id = 'bulk-2'",
+    ]);
+    answers_as_a_scan(&db, "with the counts on again");
+    db.sql(&["UPDATE dead_letter_rollup SET n = n + 1000 WHERE state = 'open'"]);
+    let counted = db.dlq(&["aggregate", "--by", "reason"]).json();
+    let scanned = db
+        .dlq(&["aggregate", "--by", "reason", "--since", ALL_TIME])
+        .json();
+    assert_ne!(counted, scanned, "the counts answer once on again");
+}
