@@ -114,7 +114,16 @@ fn step(
         .collect();
     let mut rows = stmt.raw_query();
     let (mut batch, mut bytes) = (Vec::with_capacity(BATCH_ROWS), 0);
-    while let Some(row) = rows.next()? {
+    loop {
+        let row = match rows.next() {
+            Ok(Some(row)) => row,
+            Ok(None) => break,
+            Err(e) => {
+                // The rows before it are written, then the export fails on it.
+                let _ = tx.blocking_send(batch);
+                return Err(e.into());
+            }
+        };
         let raw = Raw {
             row,
             at: &at,
@@ -221,7 +230,15 @@ impl Columns for Raw<'_> {
         }
     }
 
+    /// A BLOB or TEXT, as sqlx reads one: a number stored there is refused.
     fn bytes(&self, col: &str) -> Decoded<Option<Cow<'_, [u8]>>> {
-        self.as_bytes(col)
+        match self.value(col)? {
+            ValueRef::Null => Ok(None),
+            ValueRef::Text(b) | ValueRef::Blob(b) => Ok(Some(Cow::Borrowed(b))),
+            other => Err(decode_error(
+                col,
+                format!("expected a BLOB or TEXT, found {:?}", other.data_type()),
+            )),
+        }
     }
 }

@@ -190,3 +190,37 @@ fn export_writes_every_row_once_in_order_across_batch_edges() {
         assert_eq!(ids, expected, "{b:?}");
     }
 }
+
+/// A row SQLite cannot read mid-export: the rows before it are written, then exit 1.
+/// The bulk reader once dropped the rows of the batch it was gathering (up to 255).
+#[test]
+fn an_export_that_fails_on_a_row_writes_every_row_before_it() {
+    let db = TestDb::migrated(Backend::Sqlite);
+    db.sql(&[
+        "WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < 300) \
+         INSERT INTO dead_letters (id, body, reason, attempts, headers_json, dead_lettered_at) \
+         SELECT printf('e-%04d', n), CAST('small' AS BLOB), 'a', 1, '{}', \
+                1767225600000000 + n * 1000000 FROM g",
+        // abs() of the smallest integer raises "integer overflow" when the row is read.
+        "UPDATE dead_letters SET replayed_at = -9223372036854775808 WHERE id = 'e-0300'",
+    ]);
+    let r = db.dlq(&["export"]);
+    assert_eq!(r.code, 1, "{}", r.all());
+    // 298: SQLite orders ties on time by id in a small sorter, so it computes the failing
+    // row before it hands out the one just before it (as it did through sqlx).
+    assert_eq!(r.stdout.lines().count(), 298, "{}", r.stderr);
+}
+
+/// A body a worker stored as a number is refused, as every other read refuses it (the
+/// bulk reader once exported it as its decimal text, so an import stored other bytes).
+#[test]
+fn an_export_refuses_a_body_stored_as_a_number() {
+    let db = TestDb::migrated(Backend::Sqlite);
+    db.sql(&[
+        "INSERT INTO dead_letters (id, body, reason, attempts, headers_json, dead_lettered_at) \
+         VALUES ('r-1', 123, 'a', 1, '{}', 1767225600000000)",
+    ]);
+    let r = db.dlq(&["export"]);
+    assert_eq!(r.code, 1, "{}", r.all());
+    assert!(r.stdout.is_empty(), "{}", r.stdout);
+}
