@@ -58,6 +58,8 @@ CREATE TABLE IF NOT EXISTS dead_letter_rollup_delta (
     stale              BOOLEAN NOT NULL DEFAULT false
 );
 
+ALTER TABLE dead_letter_rollup_delta SET (vacuum_truncate = false);
+
 -- A NULL and an empty text hash apart (quote_nullable), and the hour by its epoch.
 CREATE OR REPLACE FUNCTION dlq_rollup_bucket(reason TEXT, producer TEXT, schema_version TEXT,
     source_queue TEXT, error_class TEXT, hour TIMESTAMPTZ) RETURNS TEXT
@@ -83,12 +85,13 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
                 ELSE 'open' END
 $$;
 
--- Moves the deltas into the counts. Returns at once when another fold holds the lock
+-- Moves the deltas (at most `at_most`, or all) into the counts. Returns at once when
+-- another fold holds the lock
 -- (its transaction may be a worker's, still open): the deltas wait for the next one.
 -- Concurrent deletes of a delta and upserts of a count are safe in any case; the lock
 -- keeps folds from queueing behind each other's rows.
-CREATE OR REPLACE FUNCTION dlq_rollup_compact() RETURNS boolean LANGUAGE plpgsql
-SECURITY DEFINER SET jit = off AS $$
+CREATE OR REPLACE FUNCTION dlq_rollup_compact(at_most BIGINT DEFAULT NULL) RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER SET jit = off AS $$
 BEGIN
     IF NOT pg_try_advisory_xact_lock(hashtextextended('dlq_rollup_fold', 0)) THEN
         RETURN false;
@@ -97,7 +100,9 @@ BEGIN
         RETURN true;
     END IF;
     WITH gone AS (
-        DELETE FROM dead_letter_rollup_delta RETURNING *
+        DELETE FROM dead_letter_rollup_delta
+        WHERE ctid IN (SELECT ctid FROM dead_letter_rollup_delta LIMIT at_most)
+        RETURNING *
     )
     INSERT INTO dead_letter_rollup AS r (reason, eff_producer, eff_schema_version,
         source_queue, eff_error_class, hour, state, n, first_seen, last_seen, stale, bucket)
@@ -123,8 +128,11 @@ $$;
 CREATE OR REPLACE FUNCTION dlq_rollup_fold() RETURNS void LANGUAGE plpgsql
 SECURITY DEFINER SET jit = off AS $$
 BEGIN
-    IF NOT dlq_rollup_compact()
-       OR NOT EXISTS (SELECT 1 FROM dead_letter_rollup WHERE stale) THEN
+    IF NOT dlq_rollup_compact() THEN
+        RETURN;
+    END IF;
+    -- Its own statement: a snapshot that sees what the compaction just folded.
+    IF NOT EXISTS (SELECT 1 FROM dead_letter_rollup WHERE stale) THEN
         RETURN;
     END IF;
     WITH buckets AS (
@@ -180,11 +188,13 @@ BEGIN
         FROM new_rows;
     END IF;
     -- Now and then the writer folds too, so that a flood of single-row inserts leaves
-    -- few deltas; only under READ COMMITTED (an older snapshot would fail on a fold
-    -- committed since), and never failing the insert: the deltas wait for the next fold.
+    -- few deltas: at most 2,000 (a few milliseconds, whatever the backlog, so that a
+    -- writer's statement timeout is never reached; `WHEN others` cannot catch that),
+    -- only under READ COMMITTED (an older snapshot would fail on a fold committed
+    -- since), and never failing the insert: the deltas wait for the next fold.
     IF random() < 0.001 AND current_setting('transaction_isolation') = 'read committed' THEN
         BEGIN
-            PERFORM dlq_rollup_compact();
+            PERFORM dlq_rollup_compact(2000);
         EXCEPTION WHEN others THEN
             NULL;
         END;
@@ -250,8 +260,9 @@ $$;
 CREATE OR REPLACE FUNCTION dlq_rollup_truncate() RETURNS trigger LANGUAGE plpgsql
 SECURITY DEFINER SET jit = off AS $$
 BEGIN
-    DELETE FROM dead_letter_rollup_delta;
-    DELETE FROM dead_letter_rollup;
+    -- TRUNCATE, not DELETE: a REPEATABLE READ snapshot older than the lock would leave
+    -- the deltas of rows committed while it waited.
+    TRUNCATE dead_letter_rollup_delta, dead_letter_rollup;
     RETURN NULL;
 END;
 $$;
@@ -272,11 +283,33 @@ DROP TRIGGER IF EXISTS dead_letters_rollup_truncate ON dead_letters;
 CREATE TRIGGER dead_letters_rollup_truncate AFTER TRUNCATE ON dead_letters
     FOR EACH STATEMENT EXECUTE FUNCTION dlq_rollup_truncate();
 
+-- Whether the counts are kept: set only by dlq_rollup_enable() / disable(), so that
+-- triggers enabled any other way (pg_restore --disable-triggers, ENABLE TRIGGER ALL)
+-- never make counts that missed writes look kept.
+CREATE TABLE IF NOT EXISTS dead_letter_rollup_kept (
+    one  BOOLEAN PRIMARY KEY DEFAULT true CHECK (one),
+    kept BOOLEAN NOT NULL
+);
+
+-- Whether the counts can be read as kept: turned on, and the four triggers firing for
+-- every writer (not 'D'isabled, nor only for replicas). Anyone may ask.
+CREATE OR REPLACE FUNCTION dlq_rollup_is_kept() RETURNS boolean LANGUAGE sql STABLE
+SECURITY DEFINER AS $$
+    SELECT COALESCE((SELECT kept FROM dead_letter_rollup_kept), false)
+       AND (SELECT count(*) FROM pg_trigger
+            WHERE tgrelid = 'dead_letters'::regclass
+              AND tgname IN ('dead_letters_rollup_insert', 'dead_letters_rollup_update',
+                             'dead_letters_rollup_delete', 'dead_letters_rollup_truncate')
+              AND tgenabled IN ('O', 'A')) = 4
+$$;
+
 -- The counts cost each write to dead_letters (docs/performance.md): an owner may turn
 -- them off, `SELECT dlq_rollup_disable()` (aggregate then reads the rows), and on again,
 -- `SELECT dlq_rollup_enable()`, which counts the rows anew while it holds writers back.
 CREATE OR REPLACE FUNCTION dlq_rollup_disable() RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
+    INSERT INTO dead_letter_rollup_kept (kept) VALUES (false)
+        ON CONFLICT (one) DO UPDATE SET kept = false;
     ALTER TABLE dead_letters DISABLE TRIGGER dead_letters_rollup_insert;
     ALTER TABLE dead_letters DISABLE TRIGGER dead_letters_rollup_update;
     ALTER TABLE dead_letters DISABLE TRIGGER dead_letters_rollup_delete;
@@ -286,6 +319,10 @@ $$;
 
 CREATE OR REPLACE FUNCTION dlq_rollup_enable() RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
+    -- An older snapshot would miss rows committed while it waited for the lock.
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'dlq_rollup_enable() counts the rows: run it under READ COMMITTED';
+    END IF;
     LOCK TABLE dead_letters IN SHARE ROW EXCLUSIVE MODE;
     DELETE FROM dead_letter_rollup_delta;
     DELETE FROM dead_letter_rollup;
@@ -305,6 +342,8 @@ BEGIN
     ALTER TABLE dead_letters ENABLE TRIGGER dead_letters_rollup_update;
     ALTER TABLE dead_letters ENABLE TRIGGER dead_letters_rollup_delete;
     ALTER TABLE dead_letters ENABLE TRIGGER dead_letters_rollup_truncate;
+    INSERT INTO dead_letter_rollup_kept (kept) VALUES (true)
+        ON CONFLICT (one) DO UPDATE SET kept = true;
 END;
 $$;
 
@@ -315,12 +354,14 @@ DO $$
 DECLARE
     f TEXT;
 BEGIN
-    FOREACH f IN ARRAY ARRAY['dlq_rollup_compact()', 'dlq_rollup_fold()', 'dlq_rollup_insert()',
+    FOREACH f IN ARRAY ARRAY['dlq_rollup_compact(bigint)', 'dlq_rollup_fold()', 'dlq_rollup_insert()',
                              'dlq_rollup_update()', 'dlq_rollup_delete()', 'dlq_rollup_truncate()']
     LOOP
         EXECUTE format('ALTER FUNCTION %s SET search_path = %I, pg_temp', f, current_schema());
         EXECUTE format('REVOKE EXECUTE ON FUNCTION %s FROM PUBLIC', f);
     END LOOP;
+    EXECUTE format('ALTER FUNCTION dlq_rollup_is_kept() SET search_path = %I, pg_temp',
+                   current_schema());
 END;
 $$;
 

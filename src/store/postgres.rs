@@ -118,11 +118,11 @@ impl Backend for PgStore {
 #[async_trait]
 impl Rollup for PgStore {
     async fn fold(&self) -> Result<Fold> {
-        // Kept (the four triggers on: `dlq_rollup_disable()` turns them off) and readable.
+        // Kept (turned on by `dlq_rollup_enable()`, and its four triggers firing for
+        // every writer) and readable.
         const READABLE: &str = "has_table_privilege('dead_letter_rollup', 'SELECT') \
              AND has_table_privilege('dead_letter_rollup_delta', 'SELECT') \
-             AND (SELECT count(*) FROM pg_trigger WHERE tgrelid = 'dead_letters'::regclass \
-                  AND tgname LIKE 'dead\\_letters\\_rollup\\_%' AND tgenabled <> 'D') = 4";
+             AND dlq_rollup_is_kept()";
         // JIT off for the read that follows on this one-shot connection: its plan looks
         // costly (a lookup per bucket), and compiling it took longer than running it.
         let folded = sqlx::query_scalar::<_, bool>(&format!(
@@ -266,6 +266,9 @@ impl Dialect for Postgres {
         let raw = row.try_get_raw(col)?;
         if raw.is_null() {
             return Ok(None);
+        }
+        if !<DateTime<Utc> as sqlx::Type<Postgres>>::compatible(&raw.type_info()) {
+            return row.try_get(col);
         }
         let micros = match (raw.format(), raw.as_bytes()) {
             (PgValueFormat::Binary, Ok(b)) => b.try_into().ok().map(i64::from_be_bytes),
