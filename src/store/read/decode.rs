@@ -2,7 +2,9 @@
 
 use super::{Decoded, Dialect, NotUtf8};
 use crate::error::{DlqError, Result};
-use crate::model::{token_operator, DeadLetter, IdStorage, State, Summary};
+use crate::model::{
+    token_operator, DeadLetter, Dimension, Group, GroupKey, IdStorage, State, Summary,
+};
 use chrono::{DateTime, Utc};
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -88,6 +90,39 @@ pub(super) fn summary<D: Dialect>(row: &D::Row) -> Decoded<Summary> {
             .ok_or_else(|| sqlx::Error::Decode(format!("unknown state {state:?}").into()))?,
         v1_claim: owner.as_deref().is_some_and(crate::store::is_v1_token),
         id_storage: IdStorage::from_code(D::int(row, "id_storage")?),
+    })
+}
+
+/// One group of an aggregate (the scan's or the kept counts'): the keys `k0..`, `n`, the
+/// state counts and the times.
+pub(super) fn group<D: Dialect>(row: &D::Row, dims: &[Dimension]) -> Decoded<Group> {
+    let int = |col: &str| D::int(row, col);
+    let keys = dims
+        .iter()
+        .enumerate()
+        .map(|(i, d)| {
+            let k = format!("k{i}");
+            Ok((
+                *d,
+                if d.is_time() {
+                    // A time no row of the group could be read in: "(unknown)".
+                    D::time(row, &k)?.map_or(GroupKey::Text(None), GroupKey::Time)
+                } else {
+                    GroupKey::Text(text::<D>(row, &k)?)
+                },
+            ))
+        })
+        .collect::<Decoded<Vec<_>>>()?;
+    Ok(Group {
+        keys,
+        count: int("n")?,
+        pending: int("pending")?,
+        claimed: int("claimed")?,
+        uncertain: int("uncertain")?,
+        replayed: int("replayed")?,
+        discarded: int("discarded")?,
+        first_seen: D::time(row, "first_seen")?,
+        last_seen: D::time(row, "last_seen")?,
     })
 }
 

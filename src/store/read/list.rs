@@ -1,7 +1,7 @@
 //! The reads that list and count rows by a filter, or by IDs, without their bodies:
 //! `list`, `count`, `aggregate`, the shell's ID completion.
 
-use super::decode::summary;
+use super::decode::{group, summary};
 use super::{
     all, by_ids, count_of, each, push_where, select, state_of, summary_columns, text, Backend,
     Bind, Bucket, Dialect, NotUtf8, TimeCol,
@@ -133,7 +133,7 @@ pub(super) async fn aggregate<B: Backend>(
         positions.join(", "),
         n + 1
     ));
-    all(b, &mut qb, |row| super::rollup::group::<B>(row, dims)).await
+    all(b, &mut qb, |row| group::<B::Db>(row, dims)).await
 }
 
 pub(super) async fn summaries<B: Backend>(b: &B, ids: &[String]) -> Result<Vec<Summary>> {

@@ -8,9 +8,10 @@
 //! not with a write: rows whose claim is recorded are few, and are read one bucket at a
 //! time to tell a live lease (claimed) from a lapsed one (pending).
 
-use super::{all, text, where_sql, Backend, Decoded, Dialect, Row, Sql};
+use super::decode::group;
+use super::{all, where_sql, Backend, Dialect, Sql};
 use crate::error::Result;
-use crate::model::{Dimension, Filter, Group, GroupKey, State};
+use crate::model::{Dimension, Filter, Group, State};
 use async_trait::async_trait;
 
 /// A store that keeps the counts; `fold` makes them ready to read.
@@ -57,7 +58,9 @@ pub(super) async fn aggregate<B: Backend>(
         return Ok(None);
     }
     let mut qb = query::<B::Db>(dims, &keys).into_builder();
-    all(b, &mut qb, |row| group::<B>(row, dims)).await.map(Some)
+    all(b, &mut qb, |row| group::<B::Db>(row, dims))
+        .await
+        .map(Some)
 }
 
 /// The filter when it selects by bucket columns only.
@@ -171,36 +174,4 @@ fn query<D: Dialect>(dims: &[Dimension], keys: &Filter) -> Sql {
         dims.len() + 1
     ));
     sql
-}
-
-/// One group of either query: the keys `k0..`, `n`, the state counts and the times.
-pub(super) fn group<B: Backend>(row: &Row<B>, dims: &[Dimension]) -> Decoded<Group> {
-    let int = |col: &str| B::Db::int(row, col);
-    let keys = dims
-        .iter()
-        .enumerate()
-        .map(|(i, d)| {
-            let k = format!("k{i}");
-            Ok((
-                *d,
-                if d.is_time() {
-                    // A time no row of the group could be read in: "(unknown)".
-                    B::Db::time(row, &k)?.map_or(GroupKey::Text(None), GroupKey::Time)
-                } else {
-                    GroupKey::Text(text::<B::Db>(row, &k)?)
-                },
-            ))
-        })
-        .collect::<Decoded<Vec<_>>>()?;
-    Ok(Group {
-        keys,
-        count: int("n")?,
-        pending: int("pending")?,
-        claimed: int("claimed")?,
-        uncertain: int("uncertain")?,
-        replayed: int("replayed")?,
-        discarded: int("discarded")?,
-        first_seen: B::Db::time(row, "first_seen")?,
-        last_seen: B::Db::time(row, "last_seen")?,
-    })
 }
