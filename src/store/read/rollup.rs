@@ -2,17 +2,20 @@
 //! migration `20261203000300_rollup`), so that a whole table of millions answers from
 //! thousands of rows (issue 24).
 //!
-//! The counts hold every column a group can be keyed by and the state a row has without
-//! the clock; a filter on anything else (a time window, a state, a content filter) reads
-//! the rows themselves, as does a store without counts. A claim's lease ends with time,
+//! The counts hold every column a group can be keyed by, the UTC hour and the state a row
+//! has without the clock. A time window is answered from the counts for its whole hours
+//! and from the rows for the part of an hour at either end, so `--since 2h` reads at most
+//! an hour of rows. A filter on anything else (a state, a content filter) reads the rows
+//! themselves, as does a store without counts. A claim's lease ends with time,
 //! not with a write: rows whose claim is recorded are few, and are read one bucket at a
 //! time to tell a live lease (claimed) from a lapsed one (pending).
 
 use super::decode::group;
-use super::{all, where_sql, Backend, Dialect, Sql};
+use super::{all, where_sql, Backend, Bind, Dialect, Sql};
 use crate::error::Result;
 use crate::model::{Dimension, Filter, Group, State};
 use async_trait::async_trait;
+use chrono::{DateTime, DurationRound, TimeDelta, Utc};
 
 /// A store that keeps the counts; `fold` makes them ready to read.
 #[async_trait]
@@ -51,28 +54,96 @@ pub(super) async fn aggregate<B: Backend>(
     let Some(rollup) = b.rollup() else {
         return Ok(None);
     };
-    let Some(keys) = keys_only(filter) else {
+    let Some(scope) = Scope::of(filter) else {
         return Ok(None);
     };
     if let Fold::Unavailable = rollup.fold().await? {
         return Ok(None);
     }
-    let mut qb = query::<B::Db>(dims, &keys).into_builder();
+    let mut qb = query::<B::Db>(dims, &scope).into_builder();
     all(b, &mut qb, |row| group::<B::Db>(row, dims))
         .await
         .map(Some)
 }
 
-/// The filter when it selects by bucket columns only.
-fn keys_only(f: &Filter) -> Option<Filter> {
-    let keys = Filter {
-        reason: f.reason.clone(),
-        producer: f.producer.clone(),
-        schema_version: f.schema_version.clone(),
-        source_queue: f.source_queue.clone(),
-        ..Filter::default()
-    };
-    (keys == *f).then_some(keys)
+/// What of a filter the counts answer: its keys, and the whole hours of its window (the
+/// rest of the window, an hour's part at either end, is read from the rows).
+struct Scope {
+    keys: Filter,
+    /// Whole hours from here (the first at or after `--since`).
+    from: Option<DateTime<Utc>>,
+    /// Whole hours before here (the start of the hour of `--until`).
+    to: Option<DateTime<Utc>>,
+    /// The windows read from the rows: `[since, from)` and `[to, until)`.
+    rows: Vec<Filter>,
+}
+
+impl Scope {
+    /// `None` when the counts cannot answer this filter: it selects by more than the
+    /// bucket columns and a time window, or the window holds no whole hour.
+    fn of(f: &Filter) -> Option<Scope> {
+        let keys = Filter {
+            reason: f.reason.clone(),
+            producer: f.producer.clone(),
+            schema_version: f.schema_version.clone(),
+            source_queue: f.source_queue.clone(),
+            ..Filter::default()
+        };
+        let windowed = Filter {
+            since: f.since,
+            until: f.until,
+            ..keys.clone()
+        };
+        if windowed != *f {
+            return None;
+        }
+        // An hour past chrono's range: the rows are read.
+        let from = match f.since {
+            Some(t) => Some(hour_at_or_after(t)?),
+            None => None,
+        };
+        let to = match f.until {
+            Some(t) => Some(hour_of(t)?),
+            None => None,
+        };
+        if let (Some(from), Some(to)) = (from, to) {
+            if to <= from {
+                return None;
+            }
+        }
+        let part = |since, until| Filter {
+            since: Some(since),
+            until: Some(until),
+            ..keys.clone()
+        };
+        let mut rows = Vec::new();
+        if let (Some(since), Some(from)) = (f.since, from) {
+            (since < from).then(|| rows.push(part(since, from)));
+        }
+        if let (Some(to), Some(until)) = (to, f.until) {
+            (to < until).then(|| rows.push(part(to, until)));
+        }
+        Some(Scope {
+            keys,
+            from,
+            to,
+            rows,
+        })
+    }
+}
+
+/// The start of the UTC hour of `t` (the bucket `dlq_rollup_hour` gives it).
+fn hour_of(t: DateTime<Utc>) -> Option<DateTime<Utc>> {
+    t.duration_trunc(TimeDelta::hours(1)).ok()
+}
+
+/// The first whole hour at or after `t`.
+fn hour_at_or_after(t: DateTime<Utc>) -> Option<DateTime<Utc>> {
+    let start = hour_of(t)?;
+    match start == t {
+        true => Some(t),
+        false => start.checked_add_signed(TimeDelta::hours(1)),
+    }
 }
 
 /// The column (or bucket) of the counts a dimension groups by.
@@ -105,17 +176,59 @@ fn per_bucket(b: &str, inner: &str, cond: &str, what: &str) -> String {
     )
 }
 
-fn query<D: Dialect>(dims: &[Dimension], keys: &Filter) -> Sql {
-    let claimed = super::state_of::<D>(State::Claimed);
+/// The counts' rows (folded and not) of the scope's keys and whole hours.
+fn counts<D: Dialect>(scope: &Scope) -> Sql {
     let columns = format!("{KEYS}, hour, state, n, first_seen, last_seen, stale");
-    let mut sql = Sql::new(format!(
-        "WITH c AS (SELECT {columns} FROM dead_letter_rollup"
-    ));
-    sql.append(where_sql::<D>(keys));
-    sql.push(format!(
-        " UNION ALL SELECT {columns} FROM dead_letter_rollup_delta"
-    ));
-    sql.append(where_sql::<D>(keys));
+    let mut sql = Sql::new("");
+    for (i, table) in ["dead_letter_rollup", "dead_letter_rollup_delta"]
+        .iter()
+        .enumerate()
+    {
+        sql.push(match i {
+            0 => format!("SELECT {columns} FROM {table}"),
+            _ => format!(" UNION ALL SELECT {columns} FROM {table}"),
+        });
+        sql.append(where_sql::<D>(&scope.keys));
+        for (cmp, hour) in [(">=", scope.from), ("<", scope.to)] {
+            if let Some(hour) = hour {
+                sql.push(format!(" AND hour {cmp} "));
+                sql.bind(Bind::Time(hour));
+            }
+        }
+    }
+    sql
+}
+
+/// The rows of the scope's part-hours, grouped as the counts are; a claimed row is
+/// `row_claimed` (counted, and claimed, not pending).
+fn part_hours<D: Dialect>(scope: &Scope) -> Sql {
+    let state = [
+        (State::Pending, "open"),
+        (State::Claimed, "row_claimed"),
+        (State::Uncertain, "uncertain"),
+        (State::Replayed, "replayed"),
+        (State::Discarded, "discarded"),
+    ]
+    .map(|(st, label)| format!("WHEN {} THEN '{label}'", super::state_of::<D>(st)))
+    .join(" ");
+    let mut sql = Sql::new("");
+    for part in &scope.rows {
+        sql.push(format!(
+            " UNION ALL SELECT {KEYS}, dlq_rollup_hour(dead_lettered_at) AS hour, \
+               CASE {state} END AS state, count(*) AS n, \
+               min(dead_lettered_at) AS first_seen, max(dead_lettered_at) AS last_seen \
+             FROM dead_letters"
+        ));
+        sql.append(where_sql::<D>(part));
+        sql.push(" GROUP BY 1, 2, 3, 4, 5, 6, 7");
+    }
+    sql
+}
+
+fn query<D: Dialect>(dims: &[Dimension], scope: &Scope) -> Sql {
+    let claimed = super::state_of::<D>(State::Claimed);
+    let mut sql = Sql::new("WITH c AS (");
+    sql.append(counts::<D>(scope));
     // The times of a bucket a row left are read again from its rows, until a fold has;
     // a bucket with a recorded claim has its live leases counted (claimed, not pending).
     sql.push(format!(
@@ -131,7 +244,7 @@ fn query<D: Dialect>(dims: &[Dimension], keys: &Filter) -> Sql {
             AND (s.eff_producer, s.eff_schema_version, s.source_queue, s.eff_error_class) \
                 IS NOT DISTINCT FROM \
                 (c.eff_producer, c.eff_schema_version, c.source_queue, c.eff_error_class) \
-           UNION ALL SELECT * FROM times UNION ALL SELECT * FROM live) SELECT ",
+           UNION ALL SELECT * FROM times UNION ALL SELECT * FROM live",
         per_bucket(
             "stale",
             "min(d.dead_lettered_at) AS f, max(d.dead_lettered_at) AS l",
@@ -146,6 +259,8 @@ fn query<D: Dialect>(dims: &[Dimension], keys: &Filter) -> Sql {
              CAST(NULL AS timestamptz) AS last_seen",
         ),
     ));
+    sql.append(part_hours::<D>(scope));
+    sql.push(") SELECT ");
     let sum = |cond: &str| format!("CAST(COALESCE(sum(n) FILTER (WHERE {cond}), 0) AS BIGINT)");
     let mut columns: Vec<String> = dims
         .iter()
@@ -159,7 +274,7 @@ fn query<D: Dialect>(dims: &[Dimension], keys: &Filter) -> Sql {
             sum("state IN ('open', 'leased')"),
             sum("state = 'claimed'")
         ),
-        format!("{} AS claimed", sum("state = 'claimed'")),
+        format!("{} AS claimed", sum("state IN ('claimed', 'row_claimed')")),
         format!("{} AS uncertain", sum("state = 'uncertain'")),
         format!("{} AS replayed", sum("state = 'replayed'")),
         format!("{} AS discarded", sum("state = 'discarded'")),

@@ -1,13 +1,14 @@
 //! `aggregate` from the per-group counts PostgreSQL keeps as rows are written (issue 24):
 //! whatever writes the rows, and whenever the counts were last folded, it answers exactly
-//! as a scan of the rows does. A `--since` before every row makes dlq scan, so the two
+//! as a scan of the rows does. A `--state` of every state makes dlq scan, so the two
 //! answers come from the same binary.
 
 use super::*;
 use std::process::Command;
 
-/// A scan of every row: the counts cannot answer a time window.
-const ALL_TIME: &str = "1970-01-01T00:00:00Z";
+/// A scan of every row: the counts cannot answer a state filter (every row is in one of
+/// these).
+const SCAN: [&str; 2] = ["--state", "pending,claimed,uncertain,replayed,discarded"];
 
 const GROUPINGS: [&str; 5] = [
     "reason,producer,schema_version",
@@ -29,7 +30,7 @@ fn answers_as_a_scan(db: &TestDb, step: &str) {
             let counted = db.dlq(&kept);
             assert_eq!(counted.code, 0, "{step}: {}", counted.all());
             let mut scan = kept.clone();
-            scan.extend(["--since", ALL_TIME]);
+            scan.extend(SCAN);
             let scanned = db.dlq(&scan);
             assert_eq!(
                 counted.json(),
@@ -151,7 +152,7 @@ fn kept_counts_answer_as_a_scan_after_every_kind_of_write() {
     db.sql(&["UPDATE dead_letter_rollup SET n = n + 1000 WHERE state = 'open'"]);
     let counted = db.dlq(&["aggregate", "--by", "reason"]).json();
     let scanned = db
-        .dlq(&["aggregate", "--by", "reason", "--since", ALL_TIME])
+        .dlq(&["aggregate", "--by", "reason", SCAN[0], SCAN[1]])
         .json();
     assert_ne!(counted, scanned);
 }
@@ -266,7 +267,7 @@ fn roles_without_rights_on_the_counts_write_and_read_as_before() {
         (r.map(|r| r.rows_affected()), one.map(|r| r.rows_affected()))
     });
     db.sql(&["DELETE FROM dead_letters WHERE id = 'bulk-3'"]);
-    let scan = db.dlq(&["aggregate", "--by", "reason,producer", "--since", ALL_TIME]);
+    let scan = db.dlq(&["aggregate", "--by", "reason,producer", SCAN[0], SCAN[1]]);
     let as_role = |role: &str| {
         db.dlq_env(
             &["aggregate", "--by", "reason,producer"],
@@ -409,7 +410,7 @@ fn a_time_at_infinity_is_a_clear_error_not_a_crash() {
     ]);
     for args in [
         &["aggregate", "--by", "reason"][..],
-        &["aggregate", "--by", "reason", "--since", ALL_TIME],
+        &["aggregate", "--by", "reason", SCAN[0], SCAN[1]],
         &["list"],
     ] {
         let r = db.dlq(args);
@@ -439,7 +440,7 @@ fn counts_turned_off_are_not_read_and_turned_on_are_counted_anew() {
     db.sql(&["UPDATE dead_letter_rollup SET n = n + 1000 WHERE state = 'open'"]);
     let counted = db.dlq(&["aggregate", "--by", "reason"]).json();
     let scanned = db
-        .dlq(&["aggregate", "--by", "reason", "--since", ALL_TIME])
+        .dlq(&["aggregate", "--by", "reason", SCAN[0], SCAN[1]])
         .json();
     assert_ne!(counted, scanned, "the counts answer once on again");
 }
@@ -485,7 +486,7 @@ fn counts_that_missed_writes_are_never_read_however_the_triggers_come_back() {
     db.sql(&["UPDATE dead_letter_rollup SET n = n + 1000 WHERE state = 'open'"]);
     let counted = db.dlq(&["aggregate", "--by", "reason"]).json();
     let scanned = db
-        .dlq(&["aggregate", "--by", "reason", "--since", ALL_TIME])
+        .dlq(&["aggregate", "--by", "reason", SCAN[0], SCAN[1]])
         .json();
     assert_ne!(
         counted, scanned,
@@ -538,4 +539,134 @@ fn a_fold_after_a_delete_reads_the_times_again_at_once() {
         db.scalar("SELECT count(*) FROM dead_letter_rollup WHERE stale"),
         0
     );
+}
+
+/// Windows over BULK's rows (20:07 to 00:40): on and off the hour, open at either end,
+/// inside one hour (read from the rows), and past every row.
+const WINDOWS: [&[&str]; 8] = [
+    &["--since", "2026-11-28T21:00:00Z"],
+    &["--since", "2026-11-28T21:30:00Z"],
+    &[
+        "--since",
+        "2026-11-28T21:30:00Z",
+        "--until",
+        "2026-11-28T23:15:00Z",
+    ],
+    &[
+        "--since",
+        "2026-11-28T21:30:00Z",
+        "--until",
+        "2026-11-28T23:00:00Z",
+    ],
+    &["--until", "2026-11-28T22:20:00.5Z"],
+    &[
+        "--since",
+        "2026-11-28T21:10:00Z",
+        "--until",
+        "2026-11-28T21:50:00Z",
+    ],
+    &[
+        "--since",
+        "2026-11-28T22:59:59.999999Z",
+        "--until",
+        "2026-11-29T00:00:00.000001Z",
+    ],
+    &["--since", "2030-01-01T00:00:00Z"],
+];
+
+/// Every window answers as the scan of the same window.
+fn windows_answer_as_a_scan(db: &TestDb, step: &str) {
+    for by in [
+        "reason,producer,schema_version",
+        "hour",
+        "day,source_queue,error_class",
+    ] {
+        for window in WINDOWS {
+            for filter in [&[][..], &["--reason", "poison_message"][..]] {
+                let mut kept = vec!["aggregate", "--by", by];
+                kept.extend(window);
+                kept.extend(filter);
+                let counted = db.dlq(&kept);
+                assert_eq!(counted.code, 0, "{step}: {}", counted.all());
+                kept.extend(SCAN);
+                assert_eq!(
+                    counted.json(),
+                    db.dlq(&kept).json(),
+                    "{step}: aggregate --by {by} {window:?} {filter:?}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn a_time_window_answers_as_a_scan_of_its_rows() {
+    let db = TestDb::migrated(Backend::Postgres);
+    db.sql(&[BULK]);
+    windows_answer_as_a_scan(&db, "after a bulk insert, nothing folded");
+    assert_eq!(db.dlq(&["aggregate", "--by", "reason"]).code, 0);
+    // Live leases in a whole hour (21:24) and in a part-hour (21:31); a lapsed one.
+    for (id, lease) in [("bulk-12", "5m"), ("bulk-13", "5m"), ("bulk-5", "1s")] {
+        let r = db.dlq(&["claim", id, "--lease", lease]);
+        assert_eq!(r.code, 0, "{}", r.all());
+    }
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    // Rows leaving their hour or their bucket, and one settled.
+    db.sql(&[
+        "DELETE FROM dead_letters WHERE id = 'bulk-17'",
+        "UPDATE dead_letters SET dead_lettered_at = dead_lettered_at + interval '50 minutes' \
+         WHERE id = 'bulk-9'",
+        "UPDATE dead_letters SET producer = 'moved' WHERE id = 'bulk-20'",
+        "UPDATE dead_letters SET replay_attempt_at = now(), replayed_at = now() \
+         WHERE id = 'bulk-22'",
+    ]);
+    windows_answer_as_a_scan(&db, "after claims, deletes, moves and a mark");
+}
+
+#[test]
+fn a_time_window_reads_the_counts_for_its_whole_hours_only() {
+    let db = TestDb::migrated(Backend::Postgres);
+    db.sql(&[BULK, "SELECT dlq_rollup_fold()"]);
+    // Counts that disagree with the rows tell which answered.
+    db.sql(&["UPDATE dead_letter_rollup SET n = n + 1000 WHERE state = 'open'"]);
+    let total = |window: &[&str]| {
+        let mut args = vec!["aggregate", "--by", "reason"];
+        args.extend(window);
+        let groups = db.dlq(&args).json();
+        let groups = groups.as_array().expect("groups").clone();
+        groups
+            .iter()
+            .map(|g| g["count"].as_i64().unwrap())
+            .sum::<i64>()
+    };
+    // 21:30 to 23:15: the hour from 22:00 from the counts (a bucket per reason and key
+    // combination), the rest from the rows.
+    let mixed = total(&[
+        "--since",
+        "2026-11-28T21:30:00Z",
+        "--until",
+        "2026-11-28T23:15:00Z",
+    ]);
+    let rows = db.scalar(
+        "SELECT count(*) FROM dead_letters WHERE dead_lettered_at >= '2026-11-28T21:30:00Z' \
+         AND dead_lettered_at < '2026-11-28T23:15:00Z'",
+    );
+    assert!(mixed > rows + 1000, "{mixed} of {rows} rows");
+    let whole_hour_buckets = db.scalar(
+        "SELECT count(*) FROM dead_letter_rollup WHERE state = 'open' \
+         AND hour >= '2026-11-28T22:00:00Z' AND hour < '2026-11-28T23:00:00Z'",
+    );
+    assert_eq!(mixed, rows + 1000 * whole_hour_buckets);
+    // Inside one hour: the rows alone.
+    let inside = total(&[
+        "--since",
+        "2026-11-28T21:10:00Z",
+        "--until",
+        "2026-11-28T21:50:00Z",
+    ]);
+    let rows = db.scalar(
+        "SELECT count(*) FROM dead_letters WHERE dead_lettered_at >= '2026-11-28T21:10:00Z' \
+         AND dead_lettered_at < '2026-11-28T21:50:00Z'",
+    );
+    assert_eq!(inside, rows);
 }
