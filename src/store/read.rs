@@ -43,8 +43,8 @@ pub(crate) use columns::{
 };
 pub use columns::{BODY_INLINE_MAX, BODY_SLICE};
 use decode::time;
-pub(crate) use decode::Columns;
 pub(crate) use decode::{required, text};
+pub(crate) use decode::{Col, Columns};
 pub(crate) use filter::{push_where, state_of, where_sql};
 pub(crate) use rollup::{Fold, Rollup};
 pub(crate) use rows::{exported, import_history};

@@ -9,7 +9,7 @@
 //! ([`exported`]) on that thread and handed to the caller in batches, so decoding and
 //! writing the lines overlap. One statement is still one snapshot.
 
-use super::read::{exported, Bind, Columns, Decoded, NotUtf8, Sql};
+use super::read::{exported, Bind, Col, Columns, Decoded, NotUtf8, Sql};
 use super::sqlite_read::{stored, Stored};
 use super::sqlite_time::from_int;
 use super::NewDeadLetter;
@@ -20,7 +20,6 @@ use rusqlite::types::ValueRef;
 use sqlx::pool::PoolConnection;
 use sqlx::Sqlite;
 use std::borrow::Cow;
-use std::collections::HashMap;
 use tokio::sync::mpsc;
 
 /// Rows handed over at once, unless their bodies reach [`BATCH_BYTES`] first.
@@ -106,12 +105,7 @@ fn step(
             Stored::Bytes(v) => stmt.raw_bind_parameter(i + 1, v)?,
         }
     }
-    let at: HashMap<String, usize> = stmt
-        .column_names()
-        .into_iter()
-        .enumerate()
-        .map(|(i, name)| (name.to_string(), i))
-        .collect();
+    let at = positions(&stmt)?;
     let mut rows = stmt.raw_query();
     let (mut batch, mut bytes) = (Vec::with_capacity(BATCH_ROWS), 0);
     loop {
@@ -154,32 +148,46 @@ fn step(
     Ok(())
 }
 
+/// Each [`Col`]'s position in the statement, found once by its name.
+type Positions = [usize; Col::ALL.len()];
+
+fn positions(stmt: &rusqlite::Statement<'_>) -> std::result::Result<Positions, Stop> {
+    let names = stmt.column_names();
+    let mut at = [0; Col::ALL.len()];
+    for col in Col::ALL {
+        at[col as usize] = names.iter().position(|n| *n == col.name()).ok_or_else(|| {
+            Stop::Row(super::db_error(sqlx::Error::ColumnNotFound(
+                col.name().to_string(),
+            )))
+        })?;
+    }
+    Ok(at)
+}
+
 /// A row rusqlite stepped, read as sqlx reads SQLite's values (see
 /// [`crate::store::read::Dialect`] for SQLite): text as its bytes, escaped where not UTF-8.
 struct Raw<'a> {
     row: &'a rusqlite::Row<'a>,
-    at: &'a HashMap<String, usize>,
+    at: &'a Positions,
     db: &'a rusqlite::Connection,
 }
 
-fn decode_error(col: &str, why: impl std::fmt::Display) -> sqlx::Error {
+fn decode_error(col: Col, why: impl std::fmt::Display) -> sqlx::Error {
     sqlx::Error::ColumnDecode {
-        index: col.to_string(),
+        index: col.name().to_string(),
         source: why.to_string().into(),
     }
 }
 
 impl Raw<'_> {
-    fn value(&self, col: &str) -> Decoded<ValueRef<'_>> {
-        let i = *self
-            .at
-            .get(col)
-            .ok_or_else(|| sqlx::Error::ColumnNotFound(col.to_string()))?;
-        self.row.get_ref(i).map_err(|e| decode_error(col, e))
+    fn value(&self, col: Col) -> Decoded<ValueRef<'_>> {
+        self.row
+            .get_ref(self.at[col as usize])
+            .map_err(|e| decode_error(col, e))
     }
 
     /// The value's bytes as SQLite gives a number read as text or a BLOB.
-    fn as_bytes(&self, col: &str) -> Decoded<Option<Cow<'_, [u8]>>> {
+    fn as_bytes(&self, col: Col) -> Decoded<Option<Cow<'_, [u8]>>> {
         Ok(match self.value(col)? {
             ValueRef::Null => None,
             ValueRef::Text(b) | ValueRef::Blob(b) => Some(Cow::Borrowed(b)),
@@ -196,7 +204,7 @@ impl Raw<'_> {
 }
 
 impl Columns for Raw<'_> {
-    fn text(&self, col: &str, bytes: NotUtf8) -> Decoded<Option<String>> {
+    fn text(&self, col: Col, bytes: NotUtf8) -> Decoded<Option<String>> {
         let Some(b) = self.as_bytes(col)? else {
             return Ok(None);
         };
@@ -208,7 +216,7 @@ impl Columns for Raw<'_> {
         }
     }
 
-    fn int(&self, col: &str) -> Decoded<i64> {
+    fn int(&self, col: Col) -> Decoded<i64> {
         match self.value(col)? {
             ValueRef::Integer(i) => Ok(i),
             other => Err(decode_error(
@@ -218,7 +226,7 @@ impl Columns for Raw<'_> {
         }
     }
 
-    fn time(&self, col: &str) -> Decoded<Option<DateTime<Utc>>> {
+    fn time(&self, col: Col) -> Decoded<Option<DateTime<Utc>>> {
         // Every time is read through `Dialect::at`, so an INTEGER (or NULL).
         match self.value(col)? {
             ValueRef::Null => Ok(None),
@@ -231,7 +239,7 @@ impl Columns for Raw<'_> {
     }
 
     /// A BLOB or TEXT, as sqlx reads one: a number stored there is refused.
-    fn bytes(&self, col: &str) -> Decoded<Option<Cow<'_, [u8]>>> {
+    fn bytes(&self, col: Col) -> Decoded<Option<Cow<'_, [u8]>>> {
         match self.value(col)? {
             ValueRef::Null => Ok(None),
             ValueRef::Text(b) | ValueRef::Blob(b) => Ok(Some(Cow::Borrowed(b))),
