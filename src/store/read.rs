@@ -145,6 +145,13 @@ pub trait Dialect: Database {
     /// should). Whether a time is set is the column's own nullness.
     fn at(col: TimeCol) -> &'static str;
 
+    /// A time column as a SELECT list shows it: [`Dialect::at`]'s value, spelled as
+    /// cheaply as the store allows (SQLite tests NULL before the expression's type
+    /// tests, once per column of every row read).
+    fn shown_at(col: TimeCol) -> &'static str {
+        Self::at(col)
+    }
+
     fn bind(qb: &mut QueryBuilder<'static, Self>, value: Bind);
     /// `id` is one of `ids`.
     fn push_ids(qb: &mut QueryBuilder<'static, Self>, ids: &[String]);
