@@ -14,13 +14,14 @@
 //! held as a JSON value or a second string; every other field is a `serde_json::Value`.
 
 use crate::error::{DlqError, IoContext, Result};
-use crate::model::{sha256_hex, token_operator, validate_id, HistoryEntry};
+use crate::model::{sha256_hex, token_operator, validate_id, HistoryEntry, Sha256Hex};
 use crate::spell::{words, Cmd, Words};
 use crate::store::NewDeadLetter;
 use base64::Engine;
 use chrono::{DateTime, Utc};
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -586,8 +587,10 @@ struct ExportLine<'a> {
     headers: Option<Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
     headers_json: Option<&'a str>,
-    body_base64: String,
-    sha256: String,
+    /// Base64 needs no JSON escape: written as it is (serde_json would look at every
+    /// byte of it for one).
+    body_base64: Box<RawValue>,
+    sha256: &'a str,
     history: &'a [HistoryEntry],
     /// A time the source could not read (its column is null here): an import refuses the
     /// line rather than lose what that time meant (a replay, a discard).
@@ -598,16 +601,27 @@ struct ExportLine<'a> {
 /// Writes the export line of a row and its newline straight into `out` (no line held
 /// apart: `dlq export` writes millions of them).
 pub fn write_export_line(out: &mut impl std::io::Write, r: &NewDeadLetter) -> std::io::Result<()> {
-    serde_json::to_writer(&mut *out, &export_value(r)).map_err(std::io::Error::from)?;
+    let sha256 = Sha256Hex::of(&r.body);
+    let line = export_value(r, sha256.as_str())?;
+    serde_json::to_writer(&mut *out, &line).map_err(std::io::Error::from)?;
     out.write_all(b"\n")
 }
 
-fn export_value(r: &NewDeadLetter) -> ExportLine<'_> {
+/// The body in base64 as a JSON string.
+fn base64_json(body: &[u8]) -> std::io::Result<Box<RawValue>> {
+    let mut json = String::with_capacity(body.len().div_ceil(3) * 4 + 2);
+    json.push('"');
+    base64::engine::general_purpose::STANDARD.encode_string(body, &mut json);
+    json.push('"');
+    RawValue::from_string(json).map_err(std::io::Error::from)
+}
+
+fn export_value<'a>(r: &'a NewDeadLetter, sha256: &'a str) -> std::io::Result<ExportLine<'a>> {
     let headers = match serde_json::from_str::<Value>(&r.headers_json) {
         Ok(v @ Value::Object(_)) => Some(v),
         _ => None,
     };
-    ExportLine {
+    Ok(ExportLine {
         id: &r.id,
         reason: &r.reason,
         attempts: r.attempts,
@@ -629,11 +643,11 @@ fn export_value(r: &NewDeadLetter) -> ExportLine<'_> {
         revision_of: r.revision_of.as_deref(),
         headers_json: headers.is_none().then_some(r.headers_json.as_str()),
         headers,
-        body_base64: base64::engine::general_purpose::STANDARD.encode(&r.body),
-        sha256: sha256_hex(&r.body),
+        body_base64: base64_json(&r.body)?,
+        sha256,
         history: r.history.as_deref().unwrap_or_default(),
         unreadable: &r.unreadable,
-    }
+    })
 }
 
 #[cfg(test)]
