@@ -298,7 +298,25 @@ pub fn parse_headers(json: &str) -> serde_json::Map<String, serde_json::Value> {
 }
 
 pub fn sha256_hex(bytes: &[u8]) -> String {
-    hex::encode(Sha256::digest(bytes))
+    Sha256Hex::of(bytes).as_str().to_string()
+}
+
+/// A body's SHA-256 in hex, held on the stack: `export` writes one per line, and
+/// `hex::encode` builds its `String` a character at a time.
+pub struct Sha256Hex([u8; 64]);
+
+impl Sha256Hex {
+    pub fn of(bytes: &[u8]) -> Sha256Hex {
+        let mut hex = [0; 64];
+        // A 32-byte digest always fills 64 digits.
+        hex::encode_to_slice(Sha256::digest(bytes), &mut hex).expect("64 hex digits");
+        Sha256Hex(hex)
+    }
+
+    pub fn as_str(&self) -> &str {
+        // Hex digits are ASCII.
+        std::str::from_utf8(&self.0).expect("hex is ASCII")
+    }
 }
 
 /// A claim token's fingerprint for history and logs: 12 hex digits of its SHA-256. It

@@ -10,6 +10,10 @@ pub(crate) fn id_bytes(id: &str) -> Vec<u8> {
 /// Bytes as text: UTF-8 as it is, any other byte as `\xNN` (so `show` can find an ID
 /// that holds one: see [`unescape`]).
 pub(crate) fn escaped(bytes: &[u8]) -> String {
+    // Nearly always UTF-8: checked a word at a time, where the chunks go byte by byte.
+    if let Ok(text) = std::str::from_utf8(bytes) {
+        return text.to_string();
+    }
     let mut out = String::with_capacity(bytes.len());
     for chunk in bytes.utf8_chunks() {
         out.push_str(chunk.valid());

@@ -43,8 +43,8 @@ pub(crate) use columns::{
 };
 pub use columns::{BODY_INLINE_MAX, BODY_SLICE};
 use decode::time;
-pub(crate) use decode::Columns;
 pub(crate) use decode::{required, text};
+pub(crate) use decode::{Col, Columns};
 pub(crate) use filter::{push_where, state_of, where_sql};
 pub(crate) use rollup::{Fold, Rollup};
 pub(crate) use rows::{exported, import_history};
@@ -144,6 +144,13 @@ pub trait Dialect: Database {
     /// read, filter, ordering and comparison of a time goes through it (and metrics
     /// should). Whether a time is set is the column's own nullness.
     fn at(col: TimeCol) -> &'static str;
+
+    /// A time column as a SELECT list shows it: [`Dialect::at`]'s value, spelled as
+    /// cheaply as the store allows (SQLite tests NULL before the expression's type
+    /// tests, once per column of every row read).
+    fn shown_at(col: TimeCol) -> &'static str {
+        Self::at(col)
+    }
 
     fn bind(qb: &mut QueryBuilder<'static, Self>, value: Bind);
     /// `id` is one of `ids`.

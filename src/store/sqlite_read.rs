@@ -5,7 +5,8 @@
 use super::read::{Bind, Bucket, Dialect, Doc, NotUtf8, Sql, TimeCol};
 use super::sqlite_time::{
     from_int, to_us, us, ATTEMPT_AT, DEAD_LETTERED_AT, DISCARDED_AT, HISTORY_AT, LEASE_END, NOW_US,
-    REPLAYED_AT, UNREADABLE,
+    REPLAYED_AT, SHOWN_ATTEMPT_AT, SHOWN_DEAD_LETTERED_AT, SHOWN_DISCARDED_AT, SHOWN_LEASE_END,
+    SHOWN_REPLAYED_AT, UNREADABLE,
 };
 use crate::model::shown_id::{escaped, unescape};
 use crate::model::ContentMatch;
@@ -128,6 +129,16 @@ impl Dialect for Sqlite {
             TimeCol::LeaseEnd => LEASE_END,
             TimeCol::AttemptAt => ATTEMPT_AT,
             TimeCol::DiscardedAt => DISCARDED_AT,
+        }
+    }
+
+    fn shown_at(col: TimeCol) -> &'static str {
+        match col {
+            TimeCol::DeadLetteredAt => SHOWN_DEAD_LETTERED_AT,
+            TimeCol::ReplayedAt => SHOWN_REPLAYED_AT,
+            TimeCol::LeaseEnd => SHOWN_LEASE_END,
+            TimeCol::AttemptAt => SHOWN_ATTEMPT_AT,
+            TimeCol::DiscardedAt => SHOWN_DISCARDED_AT,
         }
     }
 

@@ -109,6 +109,21 @@ macro_rules! us {
 }
 pub(crate) use {frac, us};
 
+/// [`us!`] for a SELECT list: a NULL is NULL at once, without the expression's type
+/// tests (most time columns of most rows are NULL). Not for indexes or comparisons:
+/// those must spell [`us!`] as the indexes do.
+macro_rules! shown_us {
+    ($c:literal) => {
+        concat!(
+            "(CASE WHEN ",
+            $c,
+            " IS NULL THEN NULL ELSE ",
+            $crate::store::sqlite_time::us!($c),
+            " END)"
+        )
+    };
+}
+
 /// The database clock in microseconds since the epoch (SQLite's clock has milliseconds).
 pub const NOW_US: &str =
     "(CAST(ROUND((julianday('now') - 2440587.5) * 86400000.0) AS INTEGER) * 1000)";
@@ -120,23 +135,31 @@ pub const ATTEMPT_AT: &str = us!("replay_attempt_at");
 pub const DISCARDED_AT: &str = us!("discarded_at");
 pub const HISTORY_AT: &str = us!("at");
 
+/// The time columns as a SELECT list shows them ([`shown_us!`]).
+pub const SHOWN_DEAD_LETTERED_AT: &str = shown_us!("dead_lettered_at");
+pub const SHOWN_REPLAYED_AT: &str = shown_us!("replayed_at");
+pub const SHOWN_LEASE_END: &str = shown_us!("replay_claim_expires_at");
+pub const SHOWN_ATTEMPT_AT: &str = shown_us!("replay_attempt_at");
+pub const SHOWN_DISCARDED_AT: &str = shown_us!("discarded_at");
+
 /// The stored value of each time column that cannot be read, as a JSON object text
 /// (`{"replayed_at": "'yesterday'"}`, values as SQLite's `quote()` spells them), or NULL
-/// when all can. INTEGER and REAL values can always be read.
+/// when all can. INTEGER and REAL values can always be read. A NULL is tested first:
+/// cheaper than its type, and most time columns of most rows are NULL.
 pub const UNREADABLE: &str = concat!(
-    "CASE WHEN (typeof(dead_lettered_at) IN ('text', 'blob') AND ",
+    "CASE WHEN (dead_lettered_at IS NOT NULL AND typeof(dead_lettered_at) IN ('text', 'blob') AND ",
     us!("dead_lettered_at"),
     " IS NULL) ",
-    "OR (typeof(replayed_at) IN ('text', 'blob') AND ",
+    "OR (replayed_at IS NOT NULL AND typeof(replayed_at) IN ('text', 'blob') AND ",
     us!("replayed_at"),
     " IS NULL) ",
-    "OR (typeof(replay_claim_expires_at) IN ('text', 'blob') AND ",
+    "OR (replay_claim_expires_at IS NOT NULL AND typeof(replay_claim_expires_at) IN ('text', 'blob') AND ",
     us!("replay_claim_expires_at"),
     " IS NULL) ",
-    "OR (typeof(replay_attempt_at) IN ('text', 'blob') AND ",
+    "OR (replay_attempt_at IS NOT NULL AND typeof(replay_attempt_at) IN ('text', 'blob') AND ",
     us!("replay_attempt_at"),
     " IS NULL) ",
-    "OR (typeof(discarded_at) IN ('text', 'blob') AND ",
+    "OR (discarded_at IS NOT NULL AND typeof(discarded_at) IN ('text', 'blob') AND ",
     us!("discarded_at"),
     " IS NULL) ",
     "THEN json_patch('{}', json_object(",

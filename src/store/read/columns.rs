@@ -18,7 +18,7 @@ pub const BODY_SLICE: i64 = 8 << 20;
 pub(super) fn time_columns<D: Dialect>() -> String {
     let mut cols: Vec<String> = TimeCol::ALL
         .iter()
-        .map(|c| format!("{} AS {}", D::at(*c), c.name()))
+        .map(|c| format!("{} AS {}", D::shown_at(*c), c.name()))
         .collect();
     cols.push(format!("{} AS unreadable", D::UNREADABLE));
     cols.join(", ")

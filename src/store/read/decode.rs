@@ -26,36 +26,124 @@ pub(super) fn time<D: Dialect>(row: &D::Row, col: &str) -> Decoded<DateTime<Utc>
     required(D::time(row, col)?, col)
 }
 
-/// A row's columns by name, as the dialect reads them, whichever driver fetched the row:
-/// sqlx ([`Of`]), or the SQLite export's own stepping (`store/sqlite_export.rs`).
+/// The columns of the export's row that [`Columns`] reads, named once: a decoder that
+/// steps the statement itself finds each one's position once per statement, not once
+/// per value (`store/sqlite_export.rs`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Col {
+    Id,
+    Body,
+    Reason,
+    Attempts,
+    HeadersJson,
+    ReplayClaimOwner,
+    LastReplayError,
+    EventId,
+    Error,
+    Producer,
+    SchemaVersion,
+    SourceQueue,
+    Exchange,
+    RoutingKey,
+    DiscardNote,
+    RevisionOf,
+    DeadLetteredAt,
+    ReplayedAt,
+    ReplayClaimExpiresAt,
+    ReplayAttemptAt,
+    DiscardedAt,
+    Unreadable,
+    History,
+}
+
+impl Col {
+    pub(crate) const ALL: [Col; 23] = [
+        Col::Id,
+        Col::Body,
+        Col::Reason,
+        Col::Attempts,
+        Col::HeadersJson,
+        Col::ReplayClaimOwner,
+        Col::LastReplayError,
+        Col::EventId,
+        Col::Error,
+        Col::Producer,
+        Col::SchemaVersion,
+        Col::SourceQueue,
+        Col::Exchange,
+        Col::RoutingKey,
+        Col::DiscardNote,
+        Col::RevisionOf,
+        Col::DeadLetteredAt,
+        Col::ReplayedAt,
+        Col::ReplayClaimExpiresAt,
+        Col::ReplayAttemptAt,
+        Col::DiscardedAt,
+        Col::Unreadable,
+        Col::History,
+    ];
+
+    /// Its name in the SELECT list (`AS` name).
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Col::Id => "id",
+            Col::Body => "body",
+            Col::Reason => "reason",
+            Col::Attempts => "attempts",
+            Col::HeadersJson => "headers_json",
+            Col::ReplayClaimOwner => "replay_claim_owner",
+            Col::LastReplayError => "last_replay_error",
+            Col::EventId => "event_id",
+            Col::Error => "error",
+            Col::Producer => "producer",
+            Col::SchemaVersion => "schema_version",
+            Col::SourceQueue => "source_queue",
+            Col::Exchange => "exchange",
+            Col::RoutingKey => "routing_key",
+            Col::DiscardNote => "discard_note",
+            Col::RevisionOf => "revision_of",
+            Col::DeadLetteredAt => "dead_lettered_at",
+            Col::ReplayedAt => "replayed_at",
+            Col::ReplayClaimExpiresAt => "replay_claim_expires_at",
+            Col::ReplayAttemptAt => "replay_attempt_at",
+            Col::DiscardedAt => "discarded_at",
+            Col::Unreadable => "unreadable",
+            Col::History => "history",
+        }
+    }
+}
+
+/// A row's columns, as the dialect reads them, whichever driver fetched the row: sqlx
+/// ([`Of`], by name), or the SQLite export's own stepping (`store/sqlite_export.rs`,
+/// by position).
 pub(crate) trait Columns {
-    fn text(&self, col: &str, bytes: NotUtf8) -> Decoded<Option<String>>;
-    fn int(&self, col: &str) -> Decoded<i64>;
-    fn time(&self, col: &str) -> Decoded<Option<DateTime<Utc>>>;
-    fn bytes(&self, col: &str) -> Decoded<Option<Cow<'_, [u8]>>>;
+    fn text(&self, col: Col, bytes: NotUtf8) -> Decoded<Option<String>>;
+    fn int(&self, col: Col) -> Decoded<i64>;
+    fn time(&self, col: Col) -> Decoded<Option<DateTime<Utc>>>;
+    fn bytes(&self, col: Col) -> Decoded<Option<Cow<'_, [u8]>>>;
 }
 
 /// A row sqlx fetched, read through its dialect.
 pub(crate) struct Of<'r, D: Dialect>(pub &'r D::Row);
 
 impl<D: Dialect> Columns for Of<'_, D> {
-    fn text(&self, col: &str, bytes: NotUtf8) -> Decoded<Option<String>> {
-        D::text(self.0, col, bytes)
+    fn text(&self, col: Col, bytes: NotUtf8) -> Decoded<Option<String>> {
+        D::text(self.0, col.name(), bytes)
     }
-    fn int(&self, col: &str) -> Decoded<i64> {
-        D::int(self.0, col)
+    fn int(&self, col: Col) -> Decoded<i64> {
+        D::int(self.0, col.name())
     }
-    fn time(&self, col: &str) -> Decoded<Option<DateTime<Utc>>> {
-        D::time(self.0, col)
+    fn time(&self, col: Col) -> Decoded<Option<DateTime<Utc>>> {
+        D::time(self.0, col.name())
     }
-    fn bytes(&self, col: &str) -> Decoded<Option<Cow<'_, [u8]>>> {
-        Ok(D::bytes(self.0, col)?.map(Cow::Borrowed))
+    fn bytes(&self, col: Col) -> Decoded<Option<Cow<'_, [u8]>>> {
+        Ok(D::bytes(self.0, col.name())?.map(Cow::Borrowed))
     }
 }
 
 /// The `unreadable` column of [`time_columns`]: column name to what is stored.
 pub(super) fn unreadable(row: &impl Columns) -> Decoded<BTreeMap<String, String>> {
-    let Some(json) = row.text("unreadable", NotUtf8::Escape)? else {
+    let Some(json) = row.text(Col::Unreadable, NotUtf8::Escape)? else {
         return Ok(BTreeMap::new());
     };
     serde_json::from_str(&json).map_err(|e| sqlx::Error::Decode(e.into()))

@@ -2,7 +2,7 @@
 //! (raw columns, history) with the import of that history.
 
 use super::columns::body_len;
-use super::decode::{unreadable, Columns};
+use super::decode::{unreadable, Col, Columns};
 use super::{push_binds, required, Bind, Decoded, Dialect, NotUtf8, Partial, BODY_SLICE};
 use crate::error::{DlqError, Result};
 use crate::model::{token_operator, DeadLetter};
@@ -85,45 +85,8 @@ async fn read_body<D: Dialect>(
 
 /// An exported row: the raw columns (not the effective identity), exactly as stored.
 pub(crate) fn exported(row: &impl Columns) -> Result<NewDeadLetter> {
-    let decoded = (|| -> Decoded<NewDeadLetter> {
-        // Text that is not UTF-8 (SQLite, or a BLOB in a text column) escaped, as shown.
-        let t = |col: &str| row.text(col, NotUtf8::Escape);
-        let at = |col: &str| row.time(col);
-        Ok(NewDeadLetter {
-            line: 0,
-            id: required(t("id")?, "id")?,
-            body: required(row.bytes("body")?, "body")?.into_owned(),
-            reason: required(t("reason")?, "reason")?,
-            attempts: row.int("attempts")?,
-            headers_json: required(t("headers_json")?, "headers_json")?,
-            replayed_at: at("replayed_at")?,
-            replay_claim_owner: t("replay_claim_owner")?.map(|o| token_operator(&o).to_string()),
-            replay_claim_expires_at: at("replay_claim_expires_at")?,
-            last_replay_error: t("last_replay_error")?,
-            event_id: t("event_id")?,
-            error: t("error")?,
-            producer: t("producer")?,
-            schema_version: t("schema_version")?,
-            source_queue: t("source_queue")?,
-            exchange: t("exchange")?,
-            routing_key: t("routing_key")?,
-            dead_lettered_at: at("dead_lettered_at")?,
-            replay_attempt_at: at("replay_attempt_at")?,
-            discarded_at: at("discarded_at")?,
-            discard_note: t("discard_note")?,
-            revision_of: t("revision_of")?,
-            history: None,
-            unreadable: unreadable(row)?,
-        })
-    })();
-    let history = row.text("history", NotUtf8::Refuse);
-    let (r, history) = decoded
-        .and_then(|r| Ok((r, history?)))
-        .map_err(crate::store::db_error)?;
+    let (r, owner, history) = exported_columns(row).map_err(crate::store::db_error)?;
     // Its own claim and times wait until the import gives it back (or undoes it).
-    let owner = row
-        .text("replay_claim_owner", NotUtf8::Escape)
-        .map_err(crate::store::db_error)?;
     if crate::store::import_held(owner.as_deref(), r.replay_claim_expires_at) {
         return Err(DlqError::other(
             words(format!(
@@ -138,6 +101,45 @@ pub(crate) fn exported(row: &impl Columns) -> Result<NewDeadLetter> {
         history: Some(crate::store::parse_history_json(history.as_deref())?),
         ..r
     })
+}
+
+/// The row's columns; with the claim owner as stored (the row keeps its operator part)
+/// and the history's JSON text.
+fn exported_columns(
+    row: &impl Columns,
+) -> Decoded<(NewDeadLetter, Option<String>, Option<String>)> {
+    // Text that is not UTF-8 (SQLite, or a BLOB in a text column) escaped, as shown.
+    let t = |col: Col| row.text(col, NotUtf8::Escape);
+    let at = |col: Col| row.time(col);
+    let owner = t(Col::ReplayClaimOwner)?;
+    let r = NewDeadLetter {
+        line: 0,
+        id: required(t(Col::Id)?, "id")?,
+        body: required(row.bytes(Col::Body)?, "body")?.into_owned(),
+        reason: required(t(Col::Reason)?, "reason")?,
+        attempts: row.int(Col::Attempts)?,
+        headers_json: required(t(Col::HeadersJson)?, "headers_json")?,
+        replayed_at: at(Col::ReplayedAt)?,
+        replay_claim_owner: owner.as_deref().map(|o| token_operator(o).to_string()),
+        replay_claim_expires_at: at(Col::ReplayClaimExpiresAt)?,
+        last_replay_error: t(Col::LastReplayError)?,
+        event_id: t(Col::EventId)?,
+        error: t(Col::Error)?,
+        producer: t(Col::Producer)?,
+        schema_version: t(Col::SchemaVersion)?,
+        source_queue: t(Col::SourceQueue)?,
+        exchange: t(Col::Exchange)?,
+        routing_key: t(Col::RoutingKey)?,
+        dead_lettered_at: at(Col::DeadLetteredAt)?,
+        replay_attempt_at: at(Col::ReplayAttemptAt)?,
+        discarded_at: at(Col::DiscardedAt)?,
+        discard_note: t(Col::DiscardNote)?,
+        revision_of: t(Col::RevisionOf)?,
+        history: None,
+        unreadable: unreadable(row)?,
+    };
+    let history = row.text(Col::History, NotUtf8::Refuse)?;
+    Ok((r, owner, history))
 }
 
 /// Inserts the history an import line carried, as exported (its times kept).
