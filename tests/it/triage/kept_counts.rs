@@ -639,18 +639,18 @@ fn a_time_window_reads_the_counts_for_its_whole_hours_only() {
             .map(|g| g["count"].as_i64().unwrap())
             .sum::<i64>()
     };
+    // What aggregate counts in [since, until), and the rows there.
+    let window = |since: &str, until: &str| {
+        let counted = total(&["--since", since, "--until", until]);
+        let rows = db.scalar(&format!(
+            "SELECT count(*) FROM dead_letters WHERE dead_lettered_at >= '{since}' \
+             AND dead_lettered_at < '{until}'"
+        ));
+        (counted, rows)
+    };
     // 21:30 to 23:15: the hour from 22:00 from the counts (a bucket per reason and key
     // combination), the rest from the rows.
-    let mixed = total(&[
-        "--since",
-        "2026-11-28T21:30:00Z",
-        "--until",
-        "2026-11-28T23:15:00Z",
-    ]);
-    let rows = db.scalar(
-        "SELECT count(*) FROM dead_letters WHERE dead_lettered_at >= '2026-11-28T21:30:00Z' \
-         AND dead_lettered_at < '2026-11-28T23:15:00Z'",
-    );
+    let (mixed, rows) = window("2026-11-28T21:30:00Z", "2026-11-28T23:15:00Z");
     assert!(mixed > rows + 1000, "{mixed} of {rows} rows");
     let whole_hour_buckets = db.scalar(
         "SELECT count(*) FROM dead_letter_rollup WHERE state = 'open' \
@@ -658,15 +658,6 @@ fn a_time_window_reads_the_counts_for_its_whole_hours_only() {
     );
     assert_eq!(mixed, rows + 1000 * whole_hour_buckets);
     // Inside one hour: the rows alone.
-    let inside = total(&[
-        "--since",
-        "2026-11-28T21:10:00Z",
-        "--until",
-        "2026-11-28T21:50:00Z",
-    ]);
-    let rows = db.scalar(
-        "SELECT count(*) FROM dead_letters WHERE dead_lettered_at >= '2026-11-28T21:10:00Z' \
-         AND dead_lettered_at < '2026-11-28T21:50:00Z'",
-    );
+    let (inside, rows) = window("2026-11-28T21:10:00Z", "2026-11-28T21:50:00Z");
     assert_eq!(inside, rows);
 }
