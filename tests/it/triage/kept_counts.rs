@@ -294,6 +294,48 @@ fn roles_without_rights_on_the_counts_write_and_read_as_before() {
     }
 }
 
+#[test]
+fn an_operator_role_that_may_update_the_rows_writes_the_counts_through_the_trigger() {
+    // A trigger function replaced by a later migration loses the settings it was given
+    // after CREATE: without them it ran as the updating role, or searched pg_temp first.
+    let db = TestDb::migrated(Backend::Postgres);
+    db.sql(&[BULK]);
+    let unfixed = db.scalar(
+        "SELECT count(*) FROM pg_proc WHERE proname LIKE 'dlq_rollup_%' AND prosecdef \
+         AND NOT COALESCE(array_to_string(proconfig, ' ') LIKE '%search_path=%pg_temp%', false)",
+    );
+    let public = db.scalar(
+        "SELECT count(*) FROM pg_proc WHERE proname LIKE 'dlq_rollup_%' AND prosecdef \
+         AND proname <> 'dlq_rollup_is_kept' AND has_function_privilege('public', oid, 'EXECUTE')",
+    );
+    let operator = unique("dlq_op");
+    db.sql(&[
+        &format!("CREATE ROLE {operator} LOGIN"),
+        &format!("GRANT SELECT, UPDATE ON dead_letters TO {operator}"),
+    ]);
+    let url = db.url.replace("postgres@", &format!("{operator}@"));
+    let moved = session(
+        &url,
+        &[
+            "UPDATE dead_letters SET replay_claim_owner = 'op', \
+             replay_claim_expires_at = now() + interval '1 minute' WHERE id LIKE 'bulk-1%'",
+            "UPDATE dead_letters SET dead_lettered_at = dead_lettered_at - interval '3 hours' \
+             WHERE id LIKE 'bulk-2%'",
+        ],
+    );
+    db.sql(&[
+        &format!("DROP OWNED BY {operator}"),
+        &format!("DROP ROLE {operator}"),
+    ]);
+    assert_eq!(
+        unfixed, 0,
+        "every function that writes the counts fixes its search path"
+    );
+    assert_eq!(public, 0, "only the migrating role runs them");
+    assert_eq!(moved, Ok(()));
+    answers_as_a_scan(&db, "after an operator's claim and move");
+}
+
 /// Runs `statements` on one connection of `url` (a worker's session), returning the
 /// first error.
 fn session(url: &str, statements: &[&str]) -> Result<(), String> {
