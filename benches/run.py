@@ -10,7 +10,8 @@ temporary SQLite file, uses uniquely named queues, and removes all of it afterwa
                                          # | capture | bigbody | import_lock
                                          # (triage includes content filters, export, flood)
   python3 benches/run.py --only scale --rows 10000000   # aggregate and list at 10M rows (PostgreSQL)
-  python3 benches/run.py --only flood --baseline OLD_DLQ   # and an older binary, before/after
+  python3 benches/run.py --only scale --rows 10000000 --keep-db dlq_scale   # generated once, kept
+  python3 benches/run.py --only flood --baseline OLD_DLQ   # and an older binary, before/after (also plan, import_lock)
 
 Each timing runs the whole command as a separate process, the way an operator runs it,
 and compares it with the equivalent statement run directly by psql / sqlite3 (also a
@@ -365,6 +366,21 @@ def scratch(with_queue=True):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+@contextlib.contextmanager
+def kept_db(db):
+    """scale --keep-db NAME: a database made once and left in place (drop it by hand), so
+    that a table of 10,000,000 rows is generated once and measured again when the machine
+    is quiet."""
+    exists = run(PG_ADMIN + ["-tA", "-c", f"SELECT 1 FROM pg_database WHERE datname = '{db}'"]).stdout.strip()
+    if not exists:
+        run(PG_ADMIN + ["-c", f"CREATE DATABASE {db}"])
+    tmp = tempfile.mkdtemp()
+    try:
+        yield None, db, tmp
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def letters(queue, n, prefix):
     out = []
     for i in range(n):
@@ -421,32 +437,40 @@ def plan(args, report):
     fresh data; medians over the rounds, since the broker's own speed varies run to run."""
     n = args.plan_items
     body_len = len(json.dumps({"event_id": "evt-p0000000", "pad": "x" * 150}))
-    stores = ("PostgreSQL", KEPT_OFF, "SQLite")
-    times = {"bare": [], **{s: [] for s in stores}}
+    pg = "postgres://postgres@127.0.0.1:5432/"
+    # (name, binary, database suffix or None for SQLite); --baseline adds an older binary
+    # on PostgreSQL, migrated by itself, in the same rounds.
+    stores = [("PostgreSQL", DLQ, ""), (KEPT_OFF, DLQ, "_off"), ("SQLite", DLQ, None)]
+    if args.baseline:
+        stores.append(("PostgreSQL, baseline binary", args.baseline, "_base"))
+    times = {"bare": [], **{s[0]: [] for s in stores}}
     for _ in range(args.plan_rounds):
         with scratch() as (queue, db, tmp):
             r = run([BARE, queue, str(n), str(body_len)])
             times["bare"].append(float(r.stdout.decode().strip()))
             run([QUEUE_TOOL, "drain", queue])
-            run(PG_ADMIN + ["-c", f"CREATE DATABASE {db}_off"])
-            pg = "postgres://postgres@127.0.0.1:5432/"
-            for name, url in zip(stores, (pg + db, pg + db + "_off", f"sqlite://{os.path.join(tmp, 'p.db')}")):
+            extra = [suffix for _, _, suffix in stores if suffix]
+            for suffix in extra:
+                run(PG_ADMIN + ["-c", f"CREATE DATABASE {db}{suffix}"])
+            for name, dlq, suffix in stores:
+                url = pg + db + suffix if suffix is not None else f"sqlite://{os.path.join(tmp, 'p.db')}"
                 env = dlq_env(url)
-                run([DLQ, "migrate"], env=env)
+                run([dlq, "migrate"], env=env)
                 if name == KEPT_OFF:
-                    kept_counts(db + "_off", "DISABLE")
-                run([DLQ, "import", "-"], env=env, stdin=letters(queue, n, "p"))
+                    kept_counts(db + suffix, "DISABLE")
+                run([dlq, "import", "-"], env=env, stdin=letters(queue, n, "p"))
                 plan_file = os.path.join(tmp, "plan.json")
                 with open(plan_file, "wb") as f:
-                    f.write(run([DLQ, "plan", "--limit", str(n)], env=env).stdout)
+                    f.write(run([dlq, "plan", "--limit", str(n)], env=env).stdout)
                 t = time.perf_counter()
-                run([DLQ, "replay", "--plan", plan_file, "--yes", "--batch-size", str(args.batch)], env=env)
+                run([dlq, "replay", "--plan", plan_file, "--yes", "--batch-size", str(args.batch)], env=env)
                 times[name].append(time.perf_counter() - t)
                 run([QUEUE_TOOL, "drain", queue])
-            run(PG_ADMIN + ["-c", f"DROP DATABASE {db}_off WITH (FORCE)"])
+            for suffix in extra:
+                run(PG_ADMIN + ["-c", f"DROP DATABASE {db}{suffix} WITH (FORCE)"])
     bare = statistics.median(times["bare"])
     rows = [f"| bare lapin publisher, pipelined confirms, no database | {bare:.2f} s | {n / bare:,.0f}/s | | |"]
-    for name in stores:
+    for name, _, _ in stores:
         took = statistics.median(times[name])
         per_round = [b / t for b, t in zip(times["bare"], times[name])]
         rows.append(f"| dlq replay --plan ({name}, batch {args.batch}) | {took:.2f} s | {n / took:,.0f}/s "
@@ -524,7 +548,7 @@ def capture(args, report):
             run(PG_ADMIN + ["-c", f"DROP DATABASE IF EXISTS {db}_off WITH (FORCE)"], check=False)
     bare = statistics.median(times["bare"])
     rows = [f"| bare lapin consumer, prefetch {3 * batch}, one multiple ack per {batch}, stores nothing | {bare:.2f} s | {n / bare:,.0f}/s | | |"]
-    for name in stores:
+    for name, _, _ in stores:
         took = statistics.median(times[name])
         per_round = [b / t for b, t in zip(times["bare"], times[name])]
         rows.append(f"| dlq capture into {name} (--batch {batch}) | {took:.2f} s | {n / took:,.0f}/s "
@@ -796,16 +820,23 @@ def scale(args, report):
     the same questions asked through psql. The first aggregate after the load folds the
     deltas the load left; it is reported on its own."""
     n = args.rows
-    with scratch(with_queue=False) as (_, db, tmp):
+    with (kept_db(args.keep_db) if args.keep_db else scratch(with_queue=False)) as (_, db, tmp):
         url = f"postgres://postgres@127.0.0.1:5432/{db}"
         env = dlq_env(url)
         run([DLQ, "migrate"], env=env)
         psql = ["psql", "-X", "-q", "-h", "127.0.0.1", "-U", "postgres", "-d", db, "-o", "/dev/null", "-c"]
-        t = time.perf_counter()
-        for first in range(1, n + 1, 1_000_000):
-            run(psql + [pg_rows_chunk(first, min(first + 999_999, n))])
-        run(psql + ["VACUUM ANALYZE dead_letters"])
-        report.append(f"- scale: generated {n:,} rows in PostgreSQL in {time.perf_counter() - t:.0f} s, vacuumed")
+        have = int(run(["psql", "-X", "-tA", "-h", "127.0.0.1", "-U", "postgres", "-d", db, "-c",
+                        "SELECT count(*) FROM dead_letters"]).stdout.decode().strip())
+        if have == n:
+            report.append(f"- scale: {n:,} rows generated by an earlier run kept in {db} (the windows moved since)")
+        elif have:
+            sys.exit(f"{db} holds {have:,} rows, not --rows {n:,}: drop it, or give its row count")
+        else:
+            t = time.perf_counter()
+            for first in range(1, n + 1, 1_000_000):
+                run(psql + [pg_rows_chunk(first, min(first + 999_999, n))])
+            run(psql + ["VACUUM ANALYZE dead_letters"])
+            report.append(f"- scale: generated {n:,} rows in PostgreSQL in {time.perf_counter() - t:.0f} s, vacuumed")
         agg = [DLQ, "aggregate", "--by", "reason,producer,schema_version"]
         t = time.perf_counter()
         run(agg, env=env)
@@ -905,7 +936,9 @@ def main():
     p.add_argument("--import-body", type=int, default=2_000, help="import: bytes of padding per body")
     p.add_argument("--insert-rounds", type=int, default=6)
     p.add_argument("--only", choices=["triage", "flood", "export", "scale", "inserts", "replay", "plan", "capture", "bigbody", "import_lock"])
-    p.add_argument("--baseline", help="flood, import_lock: an older dlq binary to compare with (before/after)")
+    p.add_argument("--keep-db", help="scale: generate into this PostgreSQL database once and keep it; "
+                   "later runs measure its rows again (drop it by hand)")
+    p.add_argument("--baseline", help="flood, import_lock, plan: an older dlq binary to compare with (before/after)")
     args = p.parse_args()
     run(["cargo", "build", "--quiet", "--release", "--manifest-path", os.path.join(ROOT, "Cargo.toml"),
          "--bin", "dlq", "--example", "queue", "--example", "bare_publisher", "--example", "bare_consumer"])
