@@ -1,6 +1,7 @@
 //! Benchmark baseline: consumes N messages with a bounded prefetch and acks them in
 //! batches (one `multiple` ack per BATCH), storing nothing: the ceiling `dlq capture` is
-//! compared with (benches/run.py). The prefetch is three batches, as capture's.
+//! compared with (benches/run.py). The prefetch is capture's: the batches it stores at
+//! once, plus two.
 //! Usage: bare_consumer QUEUE N BATCH; prints the elapsed seconds.
 
 use futures_util::StreamExt;
@@ -22,7 +23,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let conn = Connection::connect(&url, ConnectionProperties::default()).await?;
     let ch = conn.create_channel().await?;
     ch.basic_qos(
-        (batch * 3).min(u16::MAX as u64) as u16,
+        (batch * (dlq::capture::STORING as u64 + 2)).min(u16::MAX as u64) as u16,
         BasicQosOptions::default(),
     )
     .await?;

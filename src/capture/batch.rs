@@ -1,5 +1,5 @@
-//! The consume → commit → ack loop of one session: batches are received while the one
-//! before is stored by its own task, and settled (acked) in delivery order.
+//! The consume → commit → ack loop of one session: batches are received while earlier
+//! ones are stored, each by its own task, and settled (acked) in delivery order.
 
 use super::ack::settle;
 use super::letter::to_letter;
@@ -11,6 +11,7 @@ use crate::spell::Flag;
 use crate::store::{CaptureOutcome, CapturedLetter, Store};
 use futures_util::StreamExt;
 use serde_json::Value;
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -34,7 +35,12 @@ enum Filled {
     Lost(String),
 }
 
-/// Consumes one session: receive a batch while the previous one is stored, settle in
+/// Batches stored at once, each in its own transaction on its own connection, while the
+/// next one is received: storing is most of a capture's time, and two transactions keep
+/// the database busy while one of them waits for its commit.
+pub const STORING: usize = 2;
+
+/// Consumes one session: receive a batch while earlier ones are stored, settle in
 /// delivery order, until `--max`, an empty queue, a signal or a lost connection.
 pub(super) async fn run_session(
     run: &mut Run<'_>,
@@ -44,16 +50,14 @@ pub(super) async fn run_session(
     let mut consumer = session.consumer.clone();
     // Deliveries taken while making sure the queue is empty: they start the next batch.
     let mut carried: Vec<Held> = Vec::new();
-    // The batch being stored while the next one is received. It is acked (settled) before
-    // the next one is stored, so acks go out in delivery order.
-    let mut inflight: Option<StoreTask> = None;
+    // The batches being stored, oldest first. The oldest is settled (acked) before a
+    // newer one, so acks go out in delivery order.
+    let mut storing = Storing::default();
     loop {
-        let remaining = run.remaining(inflight.as_ref().map_or(0, |t| t.1 as u64));
+        let remaining = run.remaining(storing.messages());
         if remaining == 0 && carried.is_empty() {
-            if let Some(task) = inflight.take() {
-                if let Some(end) = run.settle_task(session, task, on_event).await? {
-                    return Ok(end);
-                }
+            if let Some(end) = run.settle_all(session, &mut storing, on_event).await? {
+                return Ok(end);
             }
             cancel(session, run.opts).await;
             return Ok(SessionEnd::Done(Stopped::Max));
@@ -62,29 +66,26 @@ pub(super) async fn run_session(
         let mut batch: Vec<Held> = std::mem::take(&mut carried);
         let filled = fill(run, &mut consumer, &session.host, &mut batch, want).await;
         if let Filled::Lost(why) = filled {
-            // Nothing of the batch in hand is stored or acked, nor is the one being stored
-            // acked: the broker has them all. Its transaction ends before reconnecting.
-            if let Some(task) = inflight.take() {
-                let _ = joined(task).await;
-            }
+            // Nothing of the batch in hand is stored or acked, nor are those being stored
+            // acked: the broker has them all. Their transactions end before reconnecting.
+            storing.abandon().await;
             return Ok(SessionEnd::Lost(why));
         }
-        if let Some(task) = inflight.take() {
-            if let Some(end) = run.settle_task(session, task, on_event).await? {
+        while storing.0.len() >= STORING {
+            if let Some(end) = run.settle_oldest(session, &mut storing, on_event).await? {
                 return Ok(end);
             }
         }
         let interrupted = matches!(filled, Filled::Interrupted);
         let drained = matches!(filled, Filled::Drained);
+        let last = !batch.is_empty() && batch.len() as u64 >= remaining;
         if !batch.is_empty() {
-            let task = run.spawn_store(batch);
-            if drained || interrupted || task.1 as u64 >= remaining {
-                // Nothing more to receive meanwhile: settle it now.
-                if let Some(end) = run.settle_task(session, task, on_event).await? {
-                    return Ok(end);
-                }
-            } else {
-                inflight = Some(task);
+            storing.0.push_back(run.spawn_store(batch));
+        }
+        if drained || interrupted || last {
+            // Nothing more to receive meanwhile: settle them all now.
+            if let Some(end) = run.settle_all(session, &mut storing, on_event).await? {
+                return Ok(end);
             }
         }
         if interrupted {
@@ -93,12 +94,31 @@ pub(super) async fn run_session(
         }
         if drained && !run.opts.follow && queue_is_empty(session, run.opts).await? {
             if let Err(why) = take_buffered(&mut consumer, &session.host, want, &mut carried) {
+                storing.abandon().await;
                 return Ok(SessionEnd::Lost(why));
             }
             if carried.is_empty() {
                 cancel(session, run.opts).await;
                 return Ok(SessionEnd::Done(Stopped::Empty));
             }
+        }
+    }
+}
+
+/// The batches being stored, oldest first.
+#[derive(Default)]
+struct Storing(VecDeque<StoreTask>);
+
+impl Storing {
+    fn messages(&self) -> u64 {
+        self.0.iter().map(|t| t.1 as u64).sum()
+    }
+
+    /// Waits for every transaction to end, settling none: nothing of them is acked, and
+    /// the broker delivers them again (a committed one is found already there).
+    async fn abandon(&mut self) {
+        while let Some(task) = self.0.pop_front() {
+            let _ = joined(task).await;
         }
     }
 }
@@ -155,7 +175,7 @@ fn take_buffered(
 }
 
 impl Run<'_> {
-    /// Messages `--max` still allows, counting those of the batch being stored.
+    /// Messages `--max` still allows, counting those of the batches being stored.
     fn remaining(&self, in_flight: u64) -> u64 {
         self.opts
             .max
@@ -177,15 +197,20 @@ impl Run<'_> {
         (task, n)
     }
 
-    /// Waits for a stored batch and settles it; `Some` when the session is lost.
-    async fn settle_task(
+    /// Settles the oldest batch being stored; `Some` when the session is lost. On an
+    /// error or a lost session the others are abandoned (their transactions ended,
+    /// nothing of them acked) before it returns.
+    async fn settle_oldest(
         &mut self,
         session: &Session,
-        task: StoreTask,
+        storing: &mut Storing,
         on_event: &mut impl FnMut(Event<'_>),
     ) -> Result<Option<SessionEnd>> {
+        let Some(task) = storing.0.pop_front() else {
+            return Ok(None);
+        };
         let stored = joined(task).await;
-        let lost = settle(
+        let settled = settle(
             session,
             self.opts,
             stored,
@@ -193,12 +218,36 @@ impl Run<'_> {
             self.parker,
             on_event,
         )
-        .await?;
-        if let Some(why) = lost {
-            return Ok(Some(SessionEnd::Lost(why)));
+        .await;
+        match settled {
+            Ok(None) => {
+                self.backoff = Duration::from_millis(250);
+                on_event(Event::Batch(self.summary));
+                Ok(None)
+            }
+            Ok(Some(why)) => {
+                storing.abandon().await;
+                Ok(Some(SessionEnd::Lost(why)))
+            }
+            Err(e) => {
+                storing.abandon().await;
+                Err(e)
+            }
         }
-        self.backoff = Duration::from_millis(250);
-        on_event(Event::Batch(self.summary));
+    }
+
+    /// Settles every batch being stored, oldest first.
+    async fn settle_all(
+        &mut self,
+        session: &Session,
+        storing: &mut Storing,
+        on_event: &mut impl FnMut(Event<'_>),
+    ) -> Result<Option<SessionEnd>> {
+        while !storing.0.is_empty() {
+            if let Some(end) = self.settle_oldest(session, storing, on_event).await? {
+                return Ok(Some(end));
+            }
+        }
         Ok(None)
     }
 }

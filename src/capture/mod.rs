@@ -21,6 +21,7 @@ mod letter;
 mod park;
 mod session;
 
+pub use batch::STORING;
 pub use key::capture_key;
 pub use letter::{map_reason, to_letter};
 

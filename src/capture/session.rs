@@ -138,10 +138,10 @@ impl Opening<'_> {
             .max
             .map(|m| m.saturating_sub(summary.handled()))
             .unwrap_or(u64::MAX);
-        // Room for the batch being stored, the one being received and the next one on its
-        // way; never more than --max asks for, so that no message is taken only to be
+        // Room for the batches being stored, the one being received and the next one on
+        // its way; never more than --max asks for, so that no message is taken only to be
         // handed back.
-        let prefetch = (opts.batch.get() as u64 * 3)
+        let prefetch = (opts.batch.get() as u64 * (super::batch::STORING as u64 + 2))
             .min(remaining)
             .clamp(1, u16::MAX as u64) as u16;
         self.step(

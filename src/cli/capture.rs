@@ -123,7 +123,10 @@ fn counts(s: &CaptureSummary) -> String {
 pub async fn run(ctx: &Ctx, args: CaptureArgs) -> Result<u8> {
     validate(&args)?;
     let opts = options(ctx, &args)?;
-    let store: std::sync::Arc<dyn dlq::store::Store> = ctx.store_for_run(1).await?.into();
+    let store: std::sync::Arc<dyn dlq::store::Store> = ctx
+        .store_for_run(dlq::capture::STORING as u32)
+        .await?
+        .into();
     store.check_schema().await?;
     let stop = watch_signals();
     let progress = (ctx.format != Format::Json && std::io::stderr().is_terminal())
