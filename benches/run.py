@@ -11,7 +11,7 @@ temporary SQLite file, uses uniquely named queues, and removes all of it afterwa
                                          # (triage includes content filters, export, flood)
   python3 benches/run.py --only scale --rows 10000000   # aggregate and list at 10M rows (PostgreSQL)
   python3 benches/run.py --only scale --rows 10000000 --keep-db dlq_scale   # generated once, kept
-  python3 benches/run.py --only flood --baseline OLD_DLQ   # and an older binary, before/after (also plan, import_lock)
+  python3 benches/run.py --only flood --baseline OLD_DLQ   # and an older binary, before/after (also plan, capture, import_lock)
 
 Each timing runs the whole command as a separate process, the way an operator runs it,
 and compares it with the equivalent statement run directly by psql / sqlite3 (also a
@@ -510,44 +510,54 @@ def fill_dead_letter_queue(work, dlq, n, size):
 
 def capture(args, report):
     """Rounds of: fill a dead-letter queue and drain it with the bare consumer; fill it
-    again and capture it into PostgreSQL; again into SQLite. Then one capture of a tenth as
-    many and one of twice as many messages per store, for the peak RSS."""
+    again and capture it into PostgreSQL; again into SQLite (and with --baseline, an older
+    binary into PostgreSQL). Then one capture of a tenth as many and one of twice as many
+    messages per store, for the peak RSS."""
     n, size, batch = args.capture_messages, 1024, args.capture_batch
-    stores = ("PostgreSQL", KEPT_OFF, "SQLite")
-    times = {"bare": [], **{s: [] for s in stores}}
-    rss = {s: {} for s in stores}
+    # (name, binary, database suffix or None for SQLite), as in plan()
+    stores = [("PostgreSQL", DLQ, ""), (KEPT_OFF, DLQ, "_off"), ("SQLite", DLQ, None)]
+    if args.baseline:
+        stores.append(("PostgreSQL, baseline binary", args.baseline, "_base"))
+    times = {"bare": [], **{s[0]: [] for s in stores}}
+    rss = {s[0]: {} for s in stores}
     with scratch() as (dlq, db, tmp):
         work = dlq + "-work"
         run([QUEUE_TOOL, "dead-letter-into", work, dlq])
         pg = f"postgres://postgres@127.0.0.1:5432/{db}"
-        urls = (pg, pg + "_off", f"sqlite://{os.path.join(tmp, 'c.db')}")
-        run(PG_ADMIN + ["-c", f"CREATE DATABASE {db}_off"])
+        urls = [pg + suffix if suffix is not None else f"sqlite://{os.path.join(tmp, 'c.db')}"
+                for _, _, suffix in stores]
+        extra = [suffix for _, _, suffix in stores if suffix]
+        for suffix in extra:
+            run(PG_ADMIN + ["-c", f"CREATE DATABASE {db}{suffix}"])
         try:
-            for name, url in zip(stores, urls):
-                run([DLQ, "migrate"], env=dlq_env(url))
+            for (name, binary, suffix), url in zip(stores, urls):
+                run([binary, "migrate"], env=dlq_env(url))
                 if name == KEPT_OFF:
-                    kept_counts(db + "_off", "DISABLE")
+                    kept_counts(db + suffix, "DISABLE")
             for _ in range(args.capture_rounds):
                 fill_dead_letter_queue(work, dlq, n, size)
                 r = run([BARE_CONSUMER, dlq, str(n), str(batch)])
                 times["bare"].append(float(r.stdout.decode().strip()))
-                for name, url in zip(stores, urls):
+                for (name, binary, _), url in zip(stores, urls):
                     fill_dead_letter_queue(work, dlq, n, size)
-                    took, peak, out = run_rss([DLQ, "capture", "--queue", dlq, "--batch", str(batch)], dlq_env(url))
+                    took, peak, out = run_rss([binary, "capture", "--queue", dlq, "--batch", str(batch)],
+                                              dlq_env(url))
                     assert json.loads(out)["captured"] == n, out
                     times[name].append(took)
                     rss[name].setdefault(n, []).append(peak)
             for k in (n // 10, n * 2):
-                for name, url in zip(stores, urls):
+                for (name, binary, _), url in zip(stores, urls):
                     fill_dead_letter_queue(work, dlq, k, size)
-                    _, peak, out = run_rss([DLQ, "capture", "--queue", dlq, "--batch", str(batch)], dlq_env(url))
+                    _, peak, out = run_rss([binary, "capture", "--queue", dlq, "--batch", str(batch)],
+                                           dlq_env(url))
                     assert json.loads(out)["captured"] == k, out
                     rss[name].setdefault(k, []).append(peak)
         finally:
             run([QUEUE_TOOL, "delete", work], check=False)
-            run(PG_ADMIN + ["-c", f"DROP DATABASE IF EXISTS {db}_off WITH (FORCE)"], check=False)
+            for suffix in extra:
+                run(PG_ADMIN + ["-c", f"DROP DATABASE IF EXISTS {db}{suffix} WITH (FORCE)"], check=False)
     bare = statistics.median(times["bare"])
-    rows = [f"| bare lapin consumer, prefetch {3 * batch}, one multiple ack per {batch}, stores nothing | {bare:.2f} s | {n / bare:,.0f}/s | | |"]
+    rows = [f"| bare lapin consumer, prefetch {4 * batch} (as capture's), one multiple ack per {batch}, stores nothing | {bare:.2f} s | {n / bare:,.0f}/s | | |"]
     for name, _, _ in stores:
         took = statistics.median(times[name])
         per_round = [b / t for b, t in zip(times["bare"], times[name])]
@@ -561,12 +571,12 @@ def capture(args, report):
     report.append("|---|---|---|---|---|")
     report.extend(rows)
     report.append("")
-    sizes = sorted(rss[stores[0]])
+    sizes = sorted(rss[stores[0][0]])
     report.append("Peak RSS of the `dlq capture` process by number of messages captured (median MiB):")
     report.append("")
     report.append("| store | " + " | ".join(f"{k:,}" for k in sizes) + " |")
     report.append("|---|" + "---|" * len(sizes))
-    for name in stores:
+    for name, _, _ in stores:
         report.append(f"| {name} | " + " | ".join(f"{statistics.median(rss[name][k]):.1f}" for k in sizes) + " |")
 
 
@@ -938,7 +948,7 @@ def main():
     p.add_argument("--only", choices=["triage", "flood", "export", "scale", "inserts", "replay", "plan", "capture", "bigbody", "import_lock"])
     p.add_argument("--keep-db", help="scale: generate into this PostgreSQL database once and keep it; "
                    "later runs measure its rows again (drop it by hand)")
-    p.add_argument("--baseline", help="flood, import_lock, plan: an older dlq binary to compare with (before/after)")
+    p.add_argument("--baseline", help="flood, import_lock, plan, capture: an older dlq binary to compare with (before/after)")
     args = p.parse_args()
     run(["cargo", "build", "--quiet", "--release", "--manifest-path", os.path.join(ROOT, "Cargo.toml"),
          "--bin", "dlq", "--example", "queue", "--example", "bare_publisher", "--example", "bare_consumer"])
