@@ -74,8 +74,9 @@ struct Scope {
     from: Option<DateTime<Utc>>,
     /// Whole hours before here (the start of the hour of `--until`).
     to: Option<DateTime<Utc>>,
-    /// The windows read from the rows: `[since, from)` and `[to, until)`.
-    rows: Vec<Filter>,
+    /// The windows read from the rows, `[since, from)` and `[to, until)`, each with the
+    /// hour it lies in.
+    rows: Vec<(Filter, DateTime<Utc>)>,
 }
 
 impl Scope {
@@ -118,10 +119,14 @@ impl Scope {
         };
         let mut rows = Vec::new();
         if let (Some(since), Some(from)) = (f.since, from) {
-            (since < from).then(|| rows.push(part(since, from)));
+            if since < from {
+                rows.push((part(since, from), hour_of(since)?));
+            }
         }
         if let (Some(to), Some(until)) = (to, f.until) {
-            (to < until).then(|| rows.push(part(to, until)));
+            if to < until {
+                rows.push((part(to, until), to));
+            }
         }
         Some(Scope {
             keys,
@@ -199,28 +204,63 @@ fn counts<D: Dialect>(scope: &Scope) -> Sql {
     sql
 }
 
-/// The rows of the scope's part-hours, grouped as the counts are; a claimed row is
-/// `row_claimed` (counted, and claimed, not pending).
-fn part_hours<D: Dialect>(scope: &Scope) -> Sql {
-    let state = [
+/// The rows of the scope's part-hours, counted per state and grouped by the asked
+/// dimensions only (a key not asked is NULL, each part's hour a constant: it lies inside
+/// one hour), so that the planner hashes a few groups instead of sorting every row by
+/// all the keys and its state (issue 24). A claimed row is `row_claimed` (counted, and
+/// claimed, not pending).
+fn part_hours<D: Dialect>(dims: &[Dimension], scope: &Scope) -> Sql {
+    let states = [
         (State::Pending, "open"),
         (State::Claimed, "row_claimed"),
         (State::Uncertain, "uncertain"),
         (State::Replayed, "replayed"),
         (State::Discarded, "discarded"),
-    ]
-    .map(|(st, label)| format!("WHEN {} THEN '{label}'", super::state_of::<D>(st)))
-    .join(" ");
+    ];
+    let counts = states
+        .map(|(st, label)| {
+            format!(
+                "count(*) FILTER (WHERE {}) AS {label}",
+                super::state_of::<D>(st)
+            )
+        })
+        .join(", ");
+    let unpivot = states
+        .map(|(_, label)| format!("('{label}', g.{label})"))
+        .join(", ");
+    let asked = |k: &str| dims.iter().any(|d| dimension(*d) == k);
+    let keys: Vec<&str> = KEYS.split(", ").collect();
+    let grouped = keys
+        .iter()
+        .filter(|k| asked(k))
+        .copied()
+        .collect::<Vec<_>>();
+    let outer = keys
+        .iter()
+        .map(|k| match asked(k) {
+            true => format!("g.{k}"),
+            false => format!("CAST(NULL AS TEXT) AS {k}"),
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
     let mut sql = Sql::new("");
-    for part in &scope.rows {
+    for (part, hour) in &scope.rows {
+        sql.push(format!(" UNION ALL SELECT {outer}, "));
+        sql.bind(Bind::Time(*hour));
         sql.push(format!(
-            " UNION ALL SELECT {KEYS}, dlq_rollup_hour(dead_lettered_at) AS hour, \
-               CASE {state} END AS state, count(*) AS n, \
+            " AS hour, s.state, s.n, g.first_seen, g.last_seen FROM (SELECT {}{counts}, \
                min(dead_lettered_at) AS first_seen, max(dead_lettered_at) AS last_seen \
-             FROM dead_letters"
+             FROM dead_letters",
+            grouped.iter().map(|k| format!("{k}, ")).collect::<String>()
         ));
         sql.append(where_sql::<D>(part));
-        sql.push(" GROUP BY 1, 2, 3, 4, 5, 6, 7");
+        match grouped.is_empty() {
+            true => sql.push(" HAVING count(*) > 0"),
+            false => sql.push(format!(" GROUP BY {}", grouped.join(", "))),
+        };
+        sql.push(format!(
+            ") AS g CROSS JOIN LATERAL (VALUES {unpivot}) AS s (state, n) WHERE s.n > 0"
+        ));
     }
     sql
 }
@@ -259,7 +299,7 @@ fn query<D: Dialect>(dims: &[Dimension], scope: &Scope) -> Sql {
              CAST(NULL AS timestamptz) AS last_seen",
         ),
     ));
-    sql.append(part_hours::<D>(scope));
+    sql.append(part_hours::<D>(dims, scope));
     sql.push(") SELECT ");
     let sum = |cond: &str| format!("CAST(COALESCE(sum(n) FILTER (WHERE {cond}), 0) AS BIGINT)");
     let mut columns: Vec<String> = dims
