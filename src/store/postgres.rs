@@ -174,6 +174,18 @@ impl Dialect for Postgres {
     const UNREADABLE: &'static str = "NULL::text";
     const ID_STORAGE: &'static str = "CAST(0 AS BIGINT)";
     const BEGIN_WRITE: &'static str = "BEGIN";
+    // The column's collation, or the database's default: C, POSIX and libc's C.UTF-8
+    // sort by code point (ICU never does). `datlocprovider` is PostgreSQL 15's.
+    const CODE_POINT_IDS: Option<&'static str> = Some(
+        "SELECT CAST(CAST(coalesce((SELECT CASE WHEN c.collname = 'default' \
+           THEN coalesce(to_jsonb(d) ->> 'datlocprovider', 'c') = 'c' \
+             AND d.datcollate IN ('C', 'POSIX', 'C.UTF-8', 'C.utf8') \
+           ELSE c.collprovider = 'c' AND c.collcollate IN ('C', 'POSIX', 'C.UTF-8', 'C.utf8') END \
+         FROM pg_attribute a JOIN pg_collation c ON c.oid = a.attcollation \
+         JOIN pg_database d ON d.datname = current_database() \
+         WHERE a.attrelid = to_regclass('dead_letters') AND a.attname = 'id'), false) \
+         AS INT) AS BIGINT) AS n",
+    );
 
     fn at(col: TimeCol) -> &'static str {
         col.name()

@@ -139,6 +139,10 @@ pub trait Dialect: Database {
     /// Begins a transaction that writes (SQLite: takes the write lock at once, so two
     /// writers never deadlock on a lock upgrade).
     const BEGIN_WRITE: &'static str;
+    /// A statement whose BIGINT `n` is 1 when `id` sorts in code point order (a C-like
+    /// collation), so that the IDs starting with a prefix are one range of its index;
+    /// `None`: the prefix is tested on every row (see `list::ids_starting_with`).
+    const CODE_POINT_IDS: Option<&'static str>;
 
     /// A time column as SQL of the clock's type, whatever a writer stored in it: every
     /// read, filter, ordering and comparison of a time goes through it (and metrics

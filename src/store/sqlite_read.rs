@@ -121,6 +121,8 @@ impl Dialect for Sqlite {
     const UNREADABLE: &'static str = UNREADABLE;
     const ID_STORAGE: &'static str = ID_STORAGE;
     const BEGIN_WRITE: &'static str = "BEGIN IMMEDIATE";
+    // Not asked: a worker's BLOB id sorts apart from the TEXT ones.
+    const CODE_POINT_IDS: Option<&'static str> = None;
 
     fn at(col: TimeCol) -> &'static str {
         match col {

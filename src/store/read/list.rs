@@ -11,17 +11,35 @@ use crate::model::{Dimension, Filter, Group, State, Summary};
 use sqlx::QueryBuilder;
 
 /// `substr` rather than `LIKE`: an ID may hold `%` or `_`, and SQLite's `LIKE` ignores
-/// ASCII case.
+/// ASCII case. Where IDs sort by code point, the prefix is also bounded as a range of
+/// the primary key: else PostgreSQL walks the whole table newest first to find a prefix
+/// that matches nothing (20 s at 10,000,000 rows; issue 24).
 pub(super) async fn ids_starting_with<B: Backend>(
     b: &B,
     prefix: &str,
     state: Option<State>,
     limit: i64,
 ) -> Result<Vec<String>> {
+    let range = match B::Db::CODE_POINT_IDS {
+        Some(asked) => {
+            let mut qb = QueryBuilder::new(asked);
+            match count_of(b, &mut qb).await? {
+                1 => after_prefix(prefix),
+                _ => None,
+            }
+        }
+        None => None,
+    };
     let mut qb = QueryBuilder::new("SELECT id FROM dead_letters WHERE substr(id, 1, length(");
     B::Db::bind(&mut qb, Bind::Text(prefix.to_string()));
     qb.push(")) = ");
     B::Db::bind(&mut qb, Bind::Text(prefix.to_string()));
+    if let Some(end) = range {
+        qb.push(" AND id >= ");
+        B::Db::bind(&mut qb, Bind::Text(prefix.to_string()));
+        qb.push(" AND id < ");
+        B::Db::bind(&mut qb, Bind::Text(end));
+    }
     if let Some(st) = state {
         qb.push(format!(" AND {}", state_of::<B::Db>(st)));
     }
@@ -33,6 +51,24 @@ pub(super) async fn ids_starting_with<B: Backend>(
     all(b, &mut qb, |r| B::Db::text(r, "id", NotUtf8::Refuse))
         .await
         .map(|ids| ids.into_iter().flatten().collect())
+}
+
+/// The first text past every text that starts with `prefix`, in code point order: its
+/// last character that can be, made the next one (`None`: no such text, or an empty
+/// prefix).
+pub(crate) fn after_prefix(prefix: &str) -> Option<String> {
+    let mut chars: Vec<char> = prefix.chars().collect();
+    while let Some(last) = chars.pop() {
+        let next = match last {
+            '\u{D7FF}' => Some('\u{E000}'),
+            c => char::from_u32(c as u32 + 1),
+        };
+        if let Some(next) = next {
+            chars.push(next);
+            return Some(chars.into_iter().collect());
+        }
+    }
+    None
 }
 
 pub(super) async fn list_each<B: Backend>(
@@ -141,4 +177,18 @@ pub(super) async fn summaries<B: Backend>(b: &B, ids: &[String]) -> Result<Vec<S
     // A TEXT id first: of two rows shown as one ID, the one a write takes.
     qb.push(" ORDER BY id_storage");
     all(b, &mut qb, summary::<B::Db>).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::after_prefix;
+
+    #[test]
+    fn the_text_after_a_prefix_skips_the_surrogates_and_carries_past_the_last_code_point() {
+        assert_eq!(after_prefix("abc").as_deref(), Some("abd"));
+        assert_eq!(after_prefix("a\u{D7FF}").as_deref(), Some("a\u{E000}"));
+        assert_eq!(after_prefix("a\u{10FFFF}").as_deref(), Some("b"));
+        assert_eq!(after_prefix("\u{10FFFF}\u{10FFFF}"), None);
+        assert_eq!(after_prefix(""), None);
+    }
 }

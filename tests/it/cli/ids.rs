@@ -116,3 +116,58 @@ fn a_command_that_changes_something_takes_only_the_full_id() {
     assert_eq!(r.json()["id"], "evt-9001-2", "{}", r.stdout);
     assert_eq!(rabbit.drain(&q).len(), 1);
 }
+
+/// IDs that share a prefix up to characters at the edges of the code point range: the
+/// range of the primary key that PostgreSQL reads for a prefix (where IDs sort by code
+/// point, issue 24) holds every one of them, and nothing else; an ICU collation, where
+/// they do not sort so, is tested row by row as before.
+#[test]
+fn a_prefix_finds_ids_past_the_edges_of_the_code_points_in_every_collation() {
+    for collation in [None, Some("und-x-icu")] {
+        let db = TestDb::migrated(Backend::Postgres);
+        if let Some(c) = collation {
+            db.sql(&[&format!(
+                "ALTER TABLE dead_letters ALTER COLUMN id TYPE text COLLATE \"{c}\""
+            )]);
+        }
+        let ids = [
+            "edgecase\u{10FFFF}",
+            "edgecase\u{D7FF}",
+            "edgecase\u{E000}",
+            "edgecasf",
+            "edgecasd\u{10FFFF}",
+        ];
+        for id in ids {
+            db.add(letter(id, "q", b"{}"));
+        }
+        // Three start with "edgecase"; "edgecasf" and "edgecasd…" sort beside them.
+        let r = db.dlq(&["show", "edgecase"]);
+        assert_eq!(r.code, 2, "{collation:?}: {}", r.all());
+        for id in &ids[..3] {
+            assert!(
+                r.stderr.contains(id),
+                "{collation:?}: {id:?} in {}",
+                r.stderr
+            );
+        }
+        for id in &ids[3..] {
+            assert!(
+                !r.stderr.contains(id),
+                "{collation:?}: {id:?} in {}",
+                r.stderr
+            );
+        }
+        for (prefix, id) in [
+            ("edgecase\u{D7FF}", ids[1]),
+            ("edgecase\u{10FFFF}", ids[0]),
+            ("edgecasd\u{10FFFF}", ids[4]),
+        ] {
+            let r = db.dlq(&["show", prefix]);
+            assert_eq!(r.code, 0, "{collation:?} {prefix:?}: {}", r.all());
+            assert_eq!(r.json()["id"], id, "{collation:?} {prefix:?}");
+        }
+        let r = db.dlq(&["show", "edgecasd"]);
+        assert_eq!(r.code, 0, "{collation:?}: {}", r.all());
+        assert_eq!(r.json()["id"], ids[4], "{collation:?}");
+    }
+}
