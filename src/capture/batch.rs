@@ -16,11 +16,35 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 
-/// A batch being stored by its own task, and how many messages it holds.
-type StoreTask = (tokio::task::JoinHandle<Result<StoredBatch>>, usize);
+/// A batch being stored by its own task.
+struct StoreTask {
+    task: tokio::task::JoinHandle<Result<StoredBatch>>,
+    messages: usize,
+    company: Company,
+}
+
+/// Whether a batch may be stored beside another of the run. One with a redelivered
+/// message is stored alone: the store makes its transaction wait until every other
+/// capture transaction has ended (so that a crashed capture's commit is settled before
+/// it looks for the key), and it must not wait for the run's own, out of the lock
+/// timeout.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Company {
+    Shared,
+    Alone,
+}
+
+impl Company {
+    fn of(batch: &[Held]) -> Company {
+        match batch.iter().any(|h| h.redelivered) {
+            true => Company::Alone,
+            false => Company::Shared,
+        }
+    }
+}
 
 async fn joined(task: StoreTask) -> Result<StoredBatch> {
-    task.0
+    task.task
         .await
         .map_err(|e| DlqError::other(format!("storing a batch failed: {e}")))?
 }
@@ -35,9 +59,10 @@ enum Filled {
     Lost(String),
 }
 
-/// Batches stored at once, each in its own transaction on its own connection, while the
-/// next one is received: storing is most of a capture's time, and two transactions keep
-/// the database busy while one of them waits for its commit.
+/// Batches stored at once at most (as many as the store allows, see
+/// [`Store::capture_transactions`]), each in its own transaction on its own connection,
+/// while the next one is received: storing is most of a capture's time, and two
+/// transactions keep the database busy while one of them waits for its commit.
 pub const STORING: usize = 2;
 
 /// Consumes one session: receive a batch while earlier ones are stored, settle in
@@ -71,7 +96,14 @@ pub(super) async fn run_session(
             storing.abandon().await;
             return Ok(SessionEnd::Lost(why));
         }
-        while storing.0.len() >= STORING {
+        let company = Company::of(&batch);
+        let at_once = match (company, storing.company()) {
+            (Company::Shared, Company::Shared) => {
+                STORING.min(run.store.capture_transactions()).max(1)
+            }
+            _ => 1,
+        };
+        while storing.0.len() >= at_once {
             if let Some(end) = run.settle_oldest(session, &mut storing, on_event).await? {
                 return Ok(end);
             }
@@ -111,7 +143,15 @@ struct Storing(VecDeque<StoreTask>);
 
 impl Storing {
     fn messages(&self) -> u64 {
-        self.0.iter().map(|t| t.1 as u64).sum()
+        self.0.iter().map(|t| t.messages as u64).sum()
+    }
+
+    /// [`Company::Alone`] while a batch stored alone is in flight.
+    fn company(&self) -> Company {
+        match self.0.iter().any(|t| t.company == Company::Alone) {
+            true => Company::Alone,
+            false => Company::Shared,
+        }
     }
 
     /// Waits for every transaction to end, settling none: nothing of them is acked, and
@@ -184,7 +224,8 @@ impl Run<'_> {
     }
 
     fn spawn_store(&self, batch: Vec<Held>) -> StoreTask {
-        let n = batch.len();
+        let messages = batch.len();
+        let company = Company::of(&batch);
         let task = tokio::spawn(store_batch(
             self.store.clone(),
             self.opts.reason.clone(),
@@ -194,7 +235,11 @@ impl Run<'_> {
             },
             batch,
         ));
-        (task, n)
+        StoreTask {
+            task,
+            messages,
+            company,
+        }
     }
 
     /// Settles the oldest batch being stored; `Some` when the session is lost. On an

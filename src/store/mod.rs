@@ -277,6 +277,12 @@ pub trait Store: Reads + AlertReads + Revise {
     /// An empty slice writes nothing but checks that the schema has the capture key.
     async fn capture(&self, rows: &[CapturedLetter]) -> Result<Vec<CaptureOutcome>>;
 
+    /// How many capture transactions one run may have open at once. SQLite has one
+    /// writer: a second transaction would only wait for the first out of the busy budget.
+    fn capture_transactions(&self) -> usize {
+        1
+    }
+
     // Triage (the contract's "Triage beyond replay").
 
     /// Sets aside `pending` rows (they become `discarded`, with `note`) and appends the

@@ -538,6 +538,11 @@ impl Store for PgStore {
         self.pool.close().await;
     }
 
+    /// Two: one inserts while the other waits for its commit.
+    fn capture_transactions(&self) -> usize {
+        2
+    }
+
     async fn capture(&self, rows: &[CapturedLetter]) -> Result<Vec<CaptureOutcome>> {
         capture::capture(&self.pool, rows).await
     }

@@ -266,3 +266,56 @@ fn two_batches_are_stored_at_once_and_a_refused_older_one_acks_neither() {
     assert_exactly_once(&db, n as i64);
     assert_eq!(dlx.rabbit.count(&dlx.dlq), 0);
 }
+
+/// Once broke: the run's two store transactions waited for each other's capture lock (a
+/// batch with a redelivered message takes it alone, so that an earlier capture's commit
+/// has ended before it looks for the key), and the younger failed at `--lock-timeout` on
+/// exactly the rerun an operator makes after a crash.
+#[test]
+fn a_rerun_after_a_crash_never_waits_for_its_own_other_batch() {
+    let db = TestDb::migrated(Backend::Postgres);
+    let dlx = Dlx::new(&[], &[]);
+    let n = 150;
+    fill(&dlx, n);
+    deliver_and_drop(&dlx.rabbit, &dlx.dlq, n);
+    db.sql(&[
+        "CREATE FUNCTION slow() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+         PERFORM pg_sleep(1.5); RETURN NULL; END $$",
+        "CREATE TRIGGER slow BEFORE INSERT ON dead_letters \
+         FOR EACH STATEMENT EXECUTE FUNCTION slow()",
+    ]);
+    let r = db.dlq_env(
+        &["capture", "--queue", &dlx.dlq, "--batch", "50"],
+        &[("DLQ_LOCK_TIMEOUT", "1s")],
+    );
+    assert_eq!(r.code, 0, "{}", r.all());
+    assert_eq!(r.json()["captured"], n as i64, "{}", r.stdout);
+    assert_exactly_once(&db, n as i64);
+    assert_eq!(dlx.rabbit.count(&dlx.dlq), 0);
+}
+
+/// Once broke: on SQLite the run's second transaction waited for the first one's whole
+/// write (one writer at a time) out of the busy budget, and failed at `--lock-timeout`
+/// with no other writer there; SQLite stores one batch at a time.
+#[test]
+fn sqlite_stores_one_batch_at_a_time_and_never_waits_for_itself() {
+    let db = TestDb::migrated(Backend::Sqlite);
+    let dlx = Dlx::new(&[], &[]);
+    let n = 60;
+    fill(&dlx, n);
+    // Each row's insert reads a million pairs: a batch of 20 takes far longer than 300 ms.
+    db.sql(&[
+        "CREATE TABLE burn (x INTEGER)",
+        "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 1000) \
+         INSERT INTO burn SELECT x FROM c",
+        "CREATE TRIGGER slow BEFORE INSERT ON dead_letters BEGIN \
+         SELECT count(*) FROM burn a, burn b; END",
+    ]);
+    let r = db.dlq_env(
+        &["capture", "--queue", &dlx.dlq, "--batch", "20"],
+        &[("DLQ_LOCK_TIMEOUT", "300ms")],
+    );
+    assert_eq!(r.code, 0, "{}", r.all());
+    assert_eq!(r.json()["captured"], n as i64, "{}", r.stdout);
+    assert_exactly_once(&db, n as i64);
+}

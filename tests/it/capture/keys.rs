@@ -2,11 +2,11 @@
 //! over-nested headers and `$bytes` tables, the key of a quorum redelivery. Each test a
 //! regression found by the review of `dlq capture` (issue 13).
 
+use super::deliver_and_drop;
 use crate::common::*;
-use futures_util::StreamExt;
 use lapin::options::*;
 use lapin::types::{AMQPValue, ByteArray, FieldArray, FieldTable, LongString, ShortString};
-use lapin::{BasicProperties, Connection, ConnectionProperties};
+use lapin::BasicProperties;
 use std::time::{Duration, Instant};
 
 fn s(v: &str) -> AMQPValue {
@@ -44,35 +44,6 @@ fn wait_for(r: &Rabbit, queue: &str, n: u32) {
         assert!(Instant::now() < deadline, "{queue} never held {n}");
         std::thread::sleep(Duration::from_millis(50));
     }
-}
-
-/// Takes `n` deliveries on a connection of its own without acking, then closes it: the
-/// broker puts them back flagged `redelivered` (as after a consumer crash before commit).
-fn deliver_and_drop(r: &Rabbit, queue: &str, n: usize) {
-    r.block_on(async {
-        let conn = Connection::connect(AMQP, ConnectionProperties::default())
-            .await
-            .unwrap();
-        let ch = conn.create_channel().await.unwrap();
-        let mut c = ch
-            .basic_consume(
-                queue.into(),
-                "peek".into(),
-                BasicConsumeOptions::default(),
-                FieldTable::default(),
-            )
-            .await
-            .unwrap();
-        for _ in 0..n {
-            let d = tokio::time::timeout(Duration::from_secs(10), c.next())
-                .await
-                .unwrap()
-                .unwrap()
-                .unwrap();
-            assert!(!d.redelivered);
-        }
-        conn.close(200, "bye".into()).await.unwrap();
-    });
 }
 
 /// Once broke: on PostgreSQL, a batch with one refused row is retried row by row, and each

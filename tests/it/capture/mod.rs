@@ -224,6 +224,35 @@ fn fill(dlx: &Dlx, n: usize) {
     dlx.refuse(n, false);
 }
 
+/// Takes `n` deliveries on a connection of its own without acking, then closes it: the
+/// broker puts them back flagged `redelivered` (as after a consumer crash before commit).
+pub(super) fn deliver_and_drop(r: &Rabbit, queue: &str, n: usize) {
+    r.block_on(async {
+        let conn = lapin::Connection::connect(AMQP, lapin::ConnectionProperties::default())
+            .await
+            .unwrap();
+        let ch = conn.create_channel().await.unwrap();
+        let mut c = ch
+            .basic_consume(
+                queue.into(),
+                "peek".into(),
+                BasicConsumeOptions::default(),
+                FieldTable::default(),
+            )
+            .await
+            .unwrap();
+        for _ in 0..n {
+            let d = tokio::time::timeout(Duration::from_secs(10), c.next())
+                .await
+                .unwrap()
+                .unwrap()
+                .unwrap();
+            assert!(!d.redelivered);
+        }
+        conn.close(200, "bye".into()).await.unwrap();
+    });
+}
+
 fn rows(db: &TestDb) -> i64 {
     db.scalar("SELECT count(*) FROM dead_letters")
 }
