@@ -11,7 +11,7 @@ use crate::spell::Flag;
 use crate::store::{CaptureOutcome, CapturedLetter, Store};
 use futures_util::StreamExt;
 use serde_json::Value;
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -21,13 +21,17 @@ struct StoreTask {
     task: tokio::task::JoinHandle<Result<StoredBatch>>,
     messages: usize,
     company: Company,
+    /// The capture keys of its rows.
+    keys: HashSet<String>,
 }
 
 /// Whether a batch may be stored beside another of the run. One with a redelivered
 /// message is stored alone: the store makes its transaction wait until every other
 /// capture transaction has ended (so that a crashed capture's commit is settled before
 /// it looks for the key), and it must not wait for the run's own, out of the lock
-/// timeout.
+/// timeout. One that holds a message identical to one being stored (the same capture
+/// key) waits for that batch: were the older to fail and the younger commit, both
+/// redeliveries would find the younger's row, and one message would have none.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Company {
     Shared,
@@ -35,8 +39,13 @@ enum Company {
 }
 
 impl Company {
-    fn of(batch: &[Held]) -> Company {
-        match batch.iter().any(|h| h.redelivered) {
+    fn of(batch: &Prepared, storing: &Storing) -> Company {
+        let redelivered = batch.held.iter().any(|h| h.redelivered);
+        let twin = storing
+            .0
+            .iter()
+            .any(|t| batch.rows.iter().any(|r| t.keys.contains(&r.capture_key)));
+        match redelivered || twin || storing.alone() {
             true => Company::Alone,
             false => Company::Shared,
         }
@@ -96,12 +105,10 @@ pub(super) async fn run_session(
             storing.abandon().await;
             return Ok(SessionEnd::Lost(why));
         }
-        let company = Company::of(&batch);
-        let at_once = match (company, storing.company()) {
-            (Company::Shared, Company::Shared) => {
-                STORING.min(run.store.capture_transactions()).max(1)
-            }
-            _ => 1,
+        let batch = run.prepare(batch);
+        let at_once = match Company::of(&batch, &storing) {
+            Company::Shared => STORING.min(run.store.capture_transactions()).max(1),
+            Company::Alone => 1,
         };
         while storing.0.len() >= at_once {
             if let Some(end) = run.settle_oldest(session, &mut storing, on_event).await? {
@@ -110,8 +117,8 @@ pub(super) async fn run_session(
         }
         let interrupted = matches!(filled, Filled::Interrupted);
         let drained = matches!(filled, Filled::Drained);
-        let last = !batch.is_empty() && batch.len() as u64 >= remaining;
-        if !batch.is_empty() {
+        let last = !batch.held.is_empty() && batch.held.len() as u64 >= remaining;
+        if !batch.held.is_empty() {
             storing.0.push_back(run.spawn_store(batch));
         }
         if drained || interrupted || last {
@@ -146,12 +153,9 @@ impl Storing {
         self.0.iter().map(|t| t.messages as u64).sum()
     }
 
-    /// [`Company::Alone`] while a batch stored alone is in flight.
-    fn company(&self) -> Company {
-        match self.0.iter().any(|t| t.company == Company::Alone) {
-            true => Company::Alone,
-            false => Company::Shared,
-        }
+    /// A batch with a redelivered message is in flight: nothing is stored beside it.
+    fn alone(&self) -> bool {
+        self.0.iter().any(|t| t.company == Company::Alone)
     }
 
     /// Waits for every transaction to end, settling none: nothing of them is acked, and
@@ -223,22 +227,30 @@ impl Run<'_> {
             .unwrap_or(u64::MAX)
     }
 
-    fn spawn_store(&self, batch: Vec<Held>) -> StoreTask {
-        let messages = batch.len();
-        let company = Company::of(&batch);
-        let task = tokio::spawn(store_batch(
-            self.store.clone(),
-            self.opts.reason.clone(),
-            BodyLimit {
-                bytes: self.opts.max_body_bytes,
-                flag: self.opts.spell.flag(Flag::MaxBodyBytes),
-            },
-            batch,
-        ));
+    /// The rows of a batch, and the messages refused before storing.
+    fn prepare(&self, held: Vec<Held>) -> Prepared {
+        let limit = BodyLimit {
+            bytes: self.opts.max_body_bytes,
+            flag: self.opts.spell.flag(Flag::MaxBodyBytes),
+        };
+        prepare(held, self.opts.reason.as_deref(), &limit)
+    }
+
+    /// Stores the batch in a task of its own; one with a redelivered message is marked
+    /// to be stored alone (see [`Company`]).
+    fn spawn_store(&self, batch: Prepared) -> StoreTask {
+        let messages = batch.held.len();
+        let company = match batch.held.iter().any(|h| h.redelivered) {
+            true => Company::Alone,
+            false => Company::Shared,
+        };
+        let keys = batch.rows.iter().map(|r| r.capture_key.clone()).collect();
+        let task = tokio::spawn(store_batch(self.store.clone(), batch));
         StoreTask {
             task,
             messages,
             company,
+            keys,
         }
     }
 
@@ -314,14 +326,17 @@ pub(super) struct StoredBatch {
 
 /// Maps the batch to rows and stores them in one transaction (run as a task of its own,
 /// while the next batch is being received).
-pub(super) async fn store_batch(
-    store: Arc<dyn Store>,
-    reason: Option<String>,
-    limit: BodyLimit,
-    batch: Vec<Held>,
-) -> Result<StoredBatch> {
-    let started = Instant::now();
-    // Rows for the messages within the body limit; the others are refused up front.
+/// A batch ready to store: its rows, and which message each is.
+pub(super) struct Prepared {
+    held: Vec<Held>,
+    rows: Vec<CapturedLetter>,
+    /// For each message of `held`, its row (`None`: refused before storing).
+    row_of: Vec<Option<usize>>,
+    refused: Vec<(usize, String)>,
+}
+
+/// Rows for the messages within the body limit; the others are refused up front.
+pub(super) fn prepare(batch: Vec<Held>, reason: Option<&str>, limit: &BodyLimit) -> Prepared {
     let mut refused: Vec<(usize, String)> = Vec::new();
     let mut rows: Vec<CapturedLetter> = Vec::with_capacity(batch.len());
     let mut row_of: Vec<Option<usize>> = Vec::with_capacity(batch.len());
@@ -338,7 +353,7 @@ pub(super) async fn store_batch(
             ));
             row_of.push(None);
         } else {
-            let letter = to_letter(&h.body, &h.properties, h.redelivered, reason.as_deref());
+            let letter = to_letter(&h.body, &h.properties, h.redelivered, reason);
             // Headers nested deeper than a JSON reader takes could be stored but never
             // shown or replayed as they were.
             if serde_json::from_str::<Value>(&letter.row.headers_json).is_err() {
@@ -353,12 +368,26 @@ pub(super) async fn store_batch(
             rows.push(letter);
         }
     }
-    let mapped = Instant::now();
+    Prepared {
+        held: batch,
+        rows,
+        row_of,
+        refused,
+    }
+}
+
+pub(super) async fn store_batch(store: Arc<dyn Store>, batch: Prepared) -> Result<StoredBatch> {
+    let Prepared {
+        held: batch,
+        rows,
+        row_of,
+        mut refused,
+    } = batch;
+    let started = Instant::now();
     let outcomes = store.capture(&rows).await;
     tracing::debug!(
         messages = batch.len(),
-        map_ms = (mapped - started).as_secs_f64() * 1000.0,
-        store_ms = mapped.elapsed().as_secs_f64() * 1000.0,
+        store_ms = started.elapsed().as_secs_f64() * 1000.0,
         "batch stored"
     );
     let outcomes = outcomes?;

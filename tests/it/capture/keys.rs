@@ -164,3 +164,40 @@ fn capture_key_of_a_redelivery_from_a_quorum_queue_equals_the_first_one() {
     let b = dlq::capture::to_letter(b"x", &again, true, None);
     assert_eq!(a.capture_key, b.capture_key);
 }
+
+/// Once broke: two identical messages in two batches stored at once (PostgreSQL): the
+/// older batch's transaction failed, the younger's committed, neither was acked, and on
+/// the rerun both redeliveries found the younger's row: one message had no row, without
+/// any crash. A batch that shares a capture key with one being stored now waits for it.
+#[test]
+fn identical_messages_in_two_batches_are_never_stored_at_once() {
+    let db = TestDb::migrated(Backend::Postgres);
+    let mut rabbit = Rabbit::new();
+    let q = rabbit.queue("dlq_twin_q");
+    // The first insert fails as a serialization failure would (a sequence: not undone).
+    db.sql(&[
+        "CREATE SEQUENCE fail_once",
+        "CREATE FUNCTION fail_once() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+         IF nextval('fail_once') = 1 THEN \
+         RAISE EXCEPTION 'could not serialize access' USING ERRCODE = '40001'; END IF; \
+         RETURN NEW; END $$",
+        "CREATE TRIGGER fail_once BEFORE INSERT ON dead_letters \
+         FOR EACH STATEMENT EXECUTE FUNCTION fail_once()",
+    ]);
+    for _ in 0..2 {
+        publish(&rabbit, &q, b"same", BasicProperties::default());
+    }
+    wait_for(&rabbit, &q, 2);
+    let r = db.dlq(&["capture", "--queue", &q, "--batch", "1"]);
+    assert_eq!(r.code, 1, "{}", r.all());
+    wait_for(&rabbit, &q, 2);
+    let r = db.dlq(&["capture", "--queue", &q, "--batch", "10"]);
+    assert_eq!(r.code, 0, "{}", r.all());
+    assert_eq!(rabbit.count(&q), 0);
+    assert_eq!(
+        db.scalar("SELECT count(*) FROM dead_letters"),
+        2,
+        "two messages acked: {}",
+        r.stdout
+    );
+}
