@@ -120,10 +120,13 @@ fn a_commit_whose_answer_is_lost_is_not_stored_twice() {
         committed % 100 == 0 && (100..=100 * dlq::capture::STORING as i64).contains(&committed),
         "{committed} rows"
     );
-    assert_eq!(
-        dlx.rabbit.count(&dlx.dlq) as usize,
-        n,
-        "and nothing acked: the broker has every message back"
+    // The first COMMIT answered may be the younger batch's: then the older one's answer
+    // can still reach dlq, and that batch alone is rightly acked. Once broke this test
+    // (not dlq) under load: it expected nothing acked.
+    let acked = n as i64 - dlx.rabbit.count(&dlx.dlq) as i64;
+    assert!(
+        acked % 100 == 0 && committed - acked >= 100,
+        "{acked} acked of {committed} committed: a batch whose answer was lost is not acked"
     );
     proxy.cut.store(false, Ordering::SeqCst);
     wait_until("every message stored", 60, || rows(&db) >= n as i64);
@@ -132,8 +135,8 @@ fn a_commit_whose_answer_is_lost_is_not_stored_twice() {
     let out = Run::from(child.wait_with_output().unwrap());
     assert_eq!(out.code, 0, "{}", out.all());
     let sum = out.json();
-    assert_eq!(sum["already_there"], committed, "{sum}");
-    assert_eq!(sum["captured"], n as i64 - committed, "{sum}");
+    assert_eq!(sum["already_there"], committed - acked, "{sum}");
+    assert_eq!(sum["captured"], n as i64 - committed + acked, "{sum}");
     assert_exactly_once(&db, n as i64);
 }
 
