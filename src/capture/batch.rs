@@ -30,8 +30,8 @@ struct StoreTask {
 /// capture transaction has ended (so that a crashed capture's commit is settled before
 /// it looks for the key), and it must not wait for the run's own, out of the lock
 /// timeout. One that holds a message identical to one being stored (the same capture
-/// key) waits for that batch: were the older to fail and the younger commit, both
-/// redeliveries would find the younger's row, and one message would have none.
+/// key) waits for the batches in flight: were the older to fail and the younger commit,
+/// both redeliveries would find the younger's row, and one message would have none.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Company {
     Shared,
@@ -324,8 +324,6 @@ pub(super) struct StoredBatch {
     pub refused: Vec<(usize, String)>,
 }
 
-/// Maps the batch to rows and stores them in one transaction (run as a task of its own,
-/// while the next batch is being received).
 /// A batch ready to store: its rows, and which message each is.
 pub(super) struct Prepared {
     held: Vec<Held>,
@@ -376,6 +374,8 @@ pub(super) fn prepare(batch: Vec<Held>, reason: Option<&str>, limit: &BodyLimit)
     }
 }
 
+/// Stores the batch's rows in one transaction (run as a task of its own, while the next
+/// batch is being received).
 pub(super) async fn store_batch(store: Arc<dyn Store>, batch: Prepared) -> Result<StoredBatch> {
     let Prepared {
         held: batch,
