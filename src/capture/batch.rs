@@ -40,12 +40,11 @@ enum Company {
 
 impl Company {
     fn of(batch: &Prepared, storing: &Storing) -> Company {
-        let redelivered = batch.held.iter().any(|h| h.redelivered);
         let twin = storing
             .0
             .iter()
             .any(|t| batch.rows.iter().any(|r| t.keys.contains(&r.capture_key)));
-        match redelivered || twin || storing.alone() {
+        match batch.redelivered() || twin || storing.alone() {
             true => Company::Alone,
             false => Company::Shared,
         }
@@ -240,7 +239,7 @@ impl Run<'_> {
     /// to be stored alone (see [`Company`]).
     fn spawn_store(&self, batch: Prepared) -> StoreTask {
         let messages = batch.held.len();
-        let company = match batch.held.iter().any(|h| h.redelivered) {
+        let company = match batch.redelivered() {
             true => Company::Alone,
             false => Company::Shared,
         };
@@ -331,6 +330,13 @@ pub(super) struct Prepared {
     /// For each message of `held`, its row (`None`: refused before storing).
     row_of: Vec<Option<usize>>,
     refused: Vec<(usize, String)>,
+}
+
+impl Prepared {
+    /// It holds a message the broker delivered before: it is stored alone.
+    fn redelivered(&self) -> bool {
+        self.held.iter().any(|h| h.redelivered)
+    }
 }
 
 /// Rows for the messages within the body limit; the others are refused up front.

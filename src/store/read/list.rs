@@ -56,7 +56,7 @@ pub(super) async fn ids_starting_with<B: Backend>(
 /// The first text past every text that starts with `prefix`, in code point order: its
 /// last character that can be, made the next one (`None`: no such text, or an empty
 /// prefix).
-pub(crate) fn after_prefix(prefix: &str) -> Option<String> {
+fn after_prefix(prefix: &str) -> Option<String> {
     let mut chars: Vec<char> = prefix.chars().collect();
     while let Some(last) = chars.pop() {
         let next = match last {
