@@ -131,7 +131,14 @@ pub(super) async fn run_session(
             return Ok(SessionEnd::Done(Stopped::Interrupted));
         }
         if drained && !run.opts.follow && queue_is_empty(session, run.opts).await? {
-            if let Err(why) = take_buffered(&mut consumer, &session.host, want, &mut carried) {
+            // Up to what `--max` still allows now that the batch is stored.
+            let room = run
+                .remaining(storing.messages())
+                .min(run.opts.batch.get() as u64);
+            if room == 0 {
+                continue;
+            }
+            if let Err(why) = take_buffered(&mut consumer, &session.host, room, &mut carried) {
                 storing.abandon().await;
                 return Ok(SessionEnd::Lost(why));
             }
@@ -204,11 +211,11 @@ async fn fill(
 fn take_buffered(
     consumer: &mut lapin::Consumer,
     host: &str,
-    want: usize,
+    want: u64,
     carried: &mut Vec<Held>,
 ) -> std::result::Result<(), String> {
     use futures_util::FutureExt;
-    while carried.len() < want {
+    while (carried.len() as u64) < want {
         match consumer.next().now_or_never() {
             None => return Ok(()),
             Some(next) => carried.push(held(next, host)?),

@@ -35,6 +35,9 @@ pub enum OnServerBytes {
     Blackhole,
     /// Forward, but only after holding each new connection this long (a slow handshake).
     Delay(std::time::Duration),
+    /// From the client: hold the AMQP frame whose method is `pattern` (and what follows
+    /// it) this long before forwarding it; what came before it goes at once.
+    HoldClientMethod([u8; 4], std::time::Duration),
 }
 
 impl Proxy {
@@ -112,6 +115,10 @@ async fn pipe(
     let (mut cr, mut cw) = client.into_split();
     let (mut sr, mut sw) = server.into_split();
     let cut1 = cut.clone();
+    let hold = match &hook {
+        OnServerBytes::HoldClientMethod(m, d) => Some((*m, *d)),
+        _ => None,
+    };
     let up = tokio::spawn(async move {
         let mut buf = vec![0u8; 65536];
         loop {
@@ -124,7 +131,19 @@ async fn pipe(
                 Err(_) => continue,
                 Ok(Ok(0)) | Ok(Err(_)) => return,
                 Ok(Ok(n)) => {
-                    if sw.write_all(&buf[..n]).await.is_err() {
+                    // A method frame: type, channel (2), size (4), then class and method.
+                    let at = hold.and_then(|(m, d)| {
+                        let i = buf[..n].windows(4).position(|w| w == m)?;
+                        Some((i.checked_sub(7)?, d))
+                    });
+                    let (now, later) = buf[..n].split_at(at.map_or(n, |(i, _)| i));
+                    if sw.write_all(now).await.is_err() {
+                        return;
+                    }
+                    if let Some((_, d)) = at {
+                        tokio::time::sleep(d).await;
+                    }
+                    if sw.write_all(later).await.is_err() {
                         return;
                     }
                 }
@@ -175,6 +194,9 @@ async fn pipe(
     }
     up.abort();
 }
+
+/// The method frame payload start of queue.declare (class 50, method 10).
+pub const QUEUE_DECLARE: [u8; 4] = [0x00, 0x32, 0x00, 0x0A];
 
 /// The method frame payload start of basic.ack (class 60, method 80).
 pub const BASIC_ACK: [u8; 4] = [0x00, 0x3C, 0x00, 0x50];

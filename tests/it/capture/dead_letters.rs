@@ -7,6 +7,7 @@ use lapin::options::*;
 use lapin::types::{AMQPValue, FieldArray, LongString};
 use lapin::BasicProperties;
 use serde_json::{json, Value};
+use std::process::Stdio;
 
 #[test]
 fn rejected_messages_are_captured_byte_for_byte_with_their_x_death() {
@@ -179,6 +180,64 @@ fn expired_messages_keep_their_reason_and_reason_can_be_given() {
     let given = db.ids(&["--reason", "permanent_failure"]);
     assert_eq!(given.len(), 2);
     assert_eq!(dlx.rabbit.count(&dlx.dlq), 0);
+}
+
+/// Once broke: deliveries found in the consumer's buffer after the queue looked empty
+/// were taken up to the batch size asked before the last batch was stored, not up to
+/// what `--max` still allowed, and stored whole: `--max 5` captured 8.
+#[test]
+fn max_holds_for_deliveries_that_arrive_while_a_batch_is_stored() {
+    use sqlx::Connection;
+    let db = TestDb::migrated(Backend::Postgres);
+    let dlx = Dlx::new(&[], &[]);
+    fill(&dlx, 3);
+    let rt = rt();
+    let mut locker = rt.block_on(sqlx::PgConnection::connect(&db.url)).unwrap();
+    rt.block_on(async {
+        sqlx::query("BEGIN").execute(&mut locker).await.unwrap();
+        sqlx::query("LOCK TABLE dead_letters IN SHARE MODE")
+            .execute(&mut locker)
+            .await
+            .unwrap();
+    });
+    // The broker's answer to "is the queue empty" comes after the deliveries that the
+    // first batch's ack let through: the question is held on its way.
+    let proxy = Proxy::start(
+        "127.0.0.1:5672",
+        OnServerBytes::HoldClientMethod(QUEUE_DECLARE, Duration::from_millis(500)),
+    );
+    let child = db
+        .cmd()
+        .env(
+            "DLQ_AMQP_URL",
+            format!("amqp://guest:guest@{}/%2f", proxy.addr()),
+        )
+        .args(["capture", "--queue", &dlx.dlq, "--max", "5"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let waiting = "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+                   AND application_name = 'dlq' AND wait_event_type = 'Lock' \
+                   AND query LIKE 'INSERT INTO dead_letters%'";
+    wait_until("the first 3 waiting to be stored", 30, || {
+        db.scalar(waiting) >= 1
+    });
+    // Five more: two reach the consumer while the first batch waits (the prefetch is
+    // `--max`), three once it is acked, and then the queue looks empty.
+    for i in 0..5 {
+        dlx.publish(format!("late {i}").as_bytes(), BasicProperties::default());
+    }
+    dlx.refuse_only(5, false);
+    std::thread::sleep(Duration::from_secs(1));
+    rt.block_on(sqlx::query("ROLLBACK").execute(&mut locker))
+        .unwrap();
+    let out = Run::from(child.wait_with_output().unwrap());
+    assert_eq!(out.code, 0, "{}", out.all());
+    assert_eq!(out.json()["captured"], 5, "{}", out.stdout);
+    assert_eq!(out.json()["stopped"], "max", "{}", out.stdout);
+    assert_eq!(rows(&db), 5);
+    assert_eq!(dlx.rabbit.count(&dlx.dlq), 3, "the rest left queued");
 }
 
 #[test]
