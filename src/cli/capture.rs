@@ -75,28 +75,41 @@ fn parse_size(s: &str) -> std::result::Result<usize, String> {
         })
 }
 
-/// Sends `true` on SIGINT or SIGTERM.
-fn watch_signals() -> tokio::sync::watch::Receiver<bool> {
-    let (tx, rx) = tokio::sync::watch::channel(false);
+/// The signals a run hears: the first (SIGINT or SIGTERM) turns `finish` true, and the
+/// batches in hand are stored and acked; a second fires `now`, and the run stops at once.
+struct Signals {
+    finish: tokio::sync::watch::Receiver<bool>,
+    now: tokio::sync::oneshot::Receiver<()>,
+}
+
+fn watch_signals() -> Signals {
+    let (finish_tx, finish) = tokio::sync::watch::channel(false);
+    let (now_tx, now) = tokio::sync::oneshot::channel();
+    let mut now_tx = Some(now_tx);
     tokio::spawn(async move {
         #[cfg(unix)]
-        {
-            let Ok(mut term) =
-                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            else {
-                return;
-            };
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = term.recv() => {}
+        let mut term =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
+        for seen in 0..2 {
+            #[cfg(unix)]
+            match term.as_mut() {
+                Some(term) => tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                },
+                None => _ = tokio::signal::ctrl_c().await,
+            }
+            #[cfg(not(unix))]
+            let _ = tokio::signal::ctrl_c().await;
+            if seen == 0 {
+                say("dlq: interrupted: storing and acking the batches in hand, then stopping (interrupt again to stop at once)");
+                let _ = finish_tx.send(true);
+            } else if let Some(tx) = now_tx.take() {
+                let _ = tx.send(());
             }
         }
-        #[cfg(not(unix))]
-        let _ = tokio::signal::ctrl_c().await;
-        say("dlq: interrupted: storing and acking the batch in hand, then stopping");
-        let _ = tx.send(true);
     });
-    rx
+    Signals { finish, now }
 }
 
 /// One line for stderr: secrets removed, control characters shown escaped.
@@ -128,18 +141,21 @@ pub async fn run(ctx: &Ctx, args: CaptureArgs) -> Result<u8> {
         .await?
         .into();
     store.check_schema().await?;
-    let stop = watch_signals();
+    let signals = watch_signals();
     let progress = (ctx.format != Format::Json && std::io::stderr().is_terminal())
         .then(|| spinner(&args.queue));
     let say = |text: String| match &progress {
         Some(pb) => pb.println(text),
         None => super::output::say(&text),
     };
-    let result = capture(store.clone(), &opts, stop, |e| match e {
+    let started = std::time::Instant::now();
+    let mut acked: Option<CaptureSummary> = None;
+    let on_event = |e: Event<'_>| match e {
         Event::Batch(s) => {
             if let Some(pb) = &progress {
                 pb.set_message(counts(s));
             }
+            acked = Some(s.clone());
         }
         Event::Parked { why } => say(format!(
             "dlq: moved a message to {}: {}",
@@ -152,15 +168,52 @@ pub async fn run(ctx: &Ctx, args: CaptureArgs) -> Result<u8> {
             humantime::format_duration(wait)
         )),
         Event::Connected { host } => tracing::info!(%host, "consuming"),
-    })
-    .await;
-    store.close().await;
+    };
+    let result = tokio::select! {
+        r = capture(store.clone(), &opts, signals.finish, on_event) => Some(r),
+        Ok(()) = signals.now => None,
+    };
     if let Some(pb) = &progress {
         pb.finish_and_clear();
     }
+    let Some(result) = result else {
+        // A store transaction may hang on a silent link: the pool is not closed (that
+        // waits for it), and nothing it held was acked.
+        let mut summary = acked.unwrap_or_else(|| empty_summary(&args.queue));
+        summary.stopped = Some(Stopped::Interrupted);
+        summary.seconds = started.elapsed().as_secs_f64();
+        super::output::say(&format!(
+            "dlq: interrupted again: stopped at once; the messages not yet acked are still in {} (a rerun finds any whose rows were stored)",
+            line(&args.queue)
+        ));
+        print_summary(ctx, &args, &summary);
+        return Ok(dlq::exit::INTERRUPTED);
+    };
+    store.close().await;
     let summary = result?;
+    print_summary(ctx, &args, &summary);
+    Ok(match summary.stopped {
+        // Without --follow, a run stopped before the queue was empty did not finish.
+        Some(Stopped::Interrupted) if !args.follow => dlq::exit::INTERRUPTED,
+        _ => dlq::exit::OK,
+    })
+}
+
+fn empty_summary(queue: &str) -> CaptureSummary {
+    CaptureSummary {
+        queue: queue.to_string(),
+        captured: 0,
+        already_there: 0,
+        parked: 0,
+        reconnects: 0,
+        stopped: None,
+        seconds: 0.0,
+    }
+}
+
+fn print_summary(ctx: &Ctx, args: &CaptureArgs, summary: &CaptureSummary) {
     match ctx.format {
-        Format::Json => ctx.out.json(&summary),
+        Format::Json => ctx.out.json(summary),
         _ => {
             let end = match summary.stopped {
                 Some(Stopped::Empty) => "the queue is empty",
@@ -168,15 +221,10 @@ pub async fn run(ctx: &Ctx, args: CaptureArgs) -> Result<u8> {
                 Some(Stopped::Interrupted) => "interrupted",
                 None => "stopped",
             };
-            let text = format!("{} from {}; {end}\n", counts(&summary), line(&args.queue));
+            let text = format!("{} from {}; {end}\n", counts(summary), line(&args.queue));
             ctx.out.text(&text);
         }
     }
-    Ok(match summary.stopped {
-        // Without --follow, a run stopped before the queue was empty did not finish.
-        Some(Stopped::Interrupted) if !args.follow => dlq::exit::INTERRUPTED,
-        _ => dlq::exit::OK,
-    })
 }
 
 fn validate(args: &CaptureArgs) -> Result<()> {

@@ -322,3 +322,63 @@ fn sqlite_stores_one_batch_at_a_time_and_never_waits_for_itself() {
     assert_eq!(r.json()["captured"], n as i64, "{}", r.stdout);
     assert_exactly_once(&db, n as i64);
 }
+
+/// Once broke: the first signal took Ctrl-C over for good, so a capture waiting on a
+/// database link gone silent (a commit never answered) could only be killed.
+#[test]
+fn a_second_interrupt_stops_at_once_when_the_database_link_goes_silent() {
+    let db = TestDb::migrated(Backend::Postgres);
+    let dlx = Dlx::new(&[], &[]);
+    let n = 300;
+    fill(&dlx, n);
+    let commit_complete = b"C\0\0\0\x0bCOMMIT\0".to_vec();
+    let proxy = Proxy::start("127.0.0.1:5432", OnServerBytes::Stall(commit_complete));
+    let url = format!(
+        "{}?sslmode=disable",
+        db.url.replace("127.0.0.1:5432", &proxy.addr())
+    );
+    let mut child = db
+        .cmd()
+        .env("DLQ_DATABASE_URL", &url)
+        .args(["capture", "--queue", &dlx.dlq, "--batch", "100"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_until("a batch committed", 60, || rows(&db) >= 100);
+    signal(&child, "INT");
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the first signal waits for the batches in hand"
+    );
+    signal(&child, "INT");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("still running 10 s after the second signal (the stall lasts 30 s)");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let out = Run::from(child.wait_with_output().unwrap());
+    assert_eq!(out.code, 130, "{}", out.all());
+    assert!(out.stderr.contains("stopped at once"), "{}", out.stderr);
+    assert_eq!(
+        out.json()["captured"],
+        0,
+        "nothing was acked: {}",
+        out.stdout
+    );
+    assert_eq!(out.json()["stopped"], "interrupted");
+    wait_until("the unacked messages back", 30, || {
+        dlx.rabbit.count(&dlx.dlq) == n as u32
+    });
+    let committed = rows(&db);
+    assert!(committed >= 100, "{committed}");
+
+    let r = capture(&db, &["--queue", &dlx.dlq]);
+    assert_eq!(r.code, 0, "{}", r.all());
+    assert_eq!(r.json()["already_there"], committed, "{}", r.stdout);
+    assert_exactly_once(&db, n as i64);
+}
