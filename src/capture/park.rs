@@ -97,16 +97,33 @@ pub(super) async fn park_one(
         .await;
     let e = match settled.into_iter().next().map(|s| s.result) {
         Some(PublishResult::Confirmed) => return Ok(()),
-        Some(
-            PublishResult::Failed(e) | PublishResult::Uncertain(e) | PublishResult::Stalled(e),
-        ) => e,
-        None => "no publish result".into(),
+        Some(PublishResult::Failed(e)) => e,
+        Some(PublishResult::Uncertain(e) | PublishResult::Stalled(e)) => {
+            return Err(maybe_parked(opts, park, why, e))
+        }
+        None => return Err(maybe_parked(opts, park, why, "no publish result".into())),
     };
     // Deleted since the check: say that, not what the broker's return looked like.
     match missing(publisher, opts, park).await {
         Some(missing) => Err(missing),
         None => Err(fail(e)),
     }
+}
+
+/// A park whose outcome is unknown: the message is still in the queue and may also be in
+/// the parking queue, which a rerun would park it in again.
+fn maybe_parked(opts: &CaptureOptions, park: &str, why: &str, e: Words) -> DlqError {
+    DlqError::other(
+        words(format!(
+            "a message from {} cannot be stored ({why}) and may already be in {park}: ",
+            opts.queue
+        ))
+        .and(e)
+        .text(format!(
+            "; it is also still in {}: look in {park} before running again, or the rerun parks it a second time",
+            opts.queue
+        )),
+    )
 }
 
 async fn connect_first(opts: &CaptureOptions) -> std::result::Result<Publisher, ConnectError> {

@@ -93,6 +93,46 @@ fn a_message_that_cannot_be_stored_stops_the_capture_or_is_parked() {
     }
 }
 
+/// Once broke: a park whose confirm never came was reported as "could not be parked",
+/// though the broker may hold it in the parking queue: the rerun parks it again.
+#[test]
+fn a_park_without_a_confirm_says_the_message_may_be_parked_already() {
+    let db = TestDb::migrated(Backend::Sqlite);
+    let mut dlx = Dlx::new(&[], &[]);
+    let park = dlx.rabbit.queue("dlq_cap_park");
+    dlx.publish(&[b'x'; 2000], BasicProperties::default());
+    dlx.refuse(1, false);
+    // Publisher confirms (basic.ack from the server) never reach dlq.
+    let proxy = Proxy::start("127.0.0.1:5672", OnServerBytes::Stall(BASIC_ACK.to_vec()));
+    let r = db.dlq_env(
+        &[
+            "capture",
+            "--queue",
+            &dlx.dlq,
+            "--max-body-bytes",
+            "1KiB",
+            "--park-queue",
+            &park,
+        ],
+        &[(
+            "DLQ_AMQP_URL",
+            &format!("amqp://guest:guest@{}/%2f", proxy.addr()),
+        )],
+    );
+    assert_eq!(r.code, 1, "{}", r.all());
+    assert_eq!(r.stderr.lines().count(), 1, "{}", r.stderr);
+    assert!(
+        r.stderr.contains(&format!("may already be in {park}")),
+        "{}",
+        r.stderr
+    );
+    assert!(!r.stderr.contains("could not be parked"), "{}", r.stderr);
+    assert_eq!(dlx.rabbit.count(&park), 1, "the broker took it");
+    wait_until("the message back in the queue", 30, || {
+        dlx.rabbit.count(&dlx.dlq) == 1
+    });
+}
+
 #[test]
 fn a_missing_queue_or_schema_is_one_clear_line() {
     let db = TestDb::migrated(Backend::Sqlite);
