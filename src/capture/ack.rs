@@ -49,6 +49,7 @@ pub(super) async fn settle(
             ));
         };
         for (i, why) in &refused {
+            on_event(Event::Parking);
             park::park_one(opts, park, &batch[*i], why, parker).await?;
             summary.parked += 1;
             on_event(Event::Parked { why });

@@ -137,6 +137,9 @@ impl CaptureSummary {
 pub enum Event<'a> {
     /// A batch was committed and acked; the counts so far.
     Batch(&'a CaptureSummary),
+    /// A message that cannot be stored is being published to the parking queue: until
+    /// its batch is acked it may be there and still in its own queue.
+    Parking,
     /// A message could not be stored and was moved to the parking queue.
     Parked { why: &'a str },
     /// The broker or the database went away; the next attempt is in `wait`.

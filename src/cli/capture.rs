@@ -150,13 +150,17 @@ pub async fn run(ctx: &Ctx, args: CaptureArgs) -> Result<u8> {
     };
     let started = std::time::Instant::now();
     let mut acked: Option<CaptureSummary> = None;
+    // A park published since the last acked batch: the message may be in both queues.
+    let mut parking = false;
     let on_event = |e: Event<'_>| match e {
         Event::Batch(s) => {
             if let Some(pb) = &progress {
                 pb.set_message(counts(s));
             }
             acked = Some(s.clone());
+            parking = false;
         }
+        Event::Parking => parking = true,
         Event::Parked { why } => say(format!(
             "dlq: moved a message to {}: {}",
             line(opts.park_queue.as_deref().unwrap_or_default()),
@@ -182,8 +186,15 @@ pub async fn run(ctx: &Ctx, args: CaptureArgs) -> Result<u8> {
         let mut summary = acked.unwrap_or_else(|| empty_summary(&args.queue));
         summary.stopped = Some(Stopped::Interrupted);
         summary.seconds = started.elapsed().as_secs_f64();
+        let park = match (parking, &opts.park_queue) {
+            (true, Some(p)) => format!(
+                "; a message being parked may already be in {} as well: look there before running again, or the rerun parks it a second time",
+                line(p)
+            ),
+            _ => String::new(),
+        };
         super::output::say(&format!(
-            "dlq: interrupted again: stopped at once; the messages not yet acked are still in {} (a rerun finds any whose rows were stored)",
+            "dlq: interrupted again: stopped at once; the messages not yet acked are still in {} (a rerun finds any whose rows were stored){park}",
             line(&args.queue)
         ));
         print_summary(ctx, &args, &summary);

@@ -133,6 +133,48 @@ fn a_park_without_a_confirm_says_the_message_may_be_parked_already() {
     });
 }
 
+/// Once broke (review): a second signal during a park's confirm wait said only that the
+/// messages were still in their queue; the rerun parked the message a second time.
+#[test]
+fn a_second_interrupt_during_a_park_says_the_message_may_be_parked_already() {
+    let db = TestDb::migrated(Backend::Sqlite);
+    let mut dlx = Dlx::new(&[], &[]);
+    let park = dlx.rabbit.queue("dlq_cap_park");
+    dlx.publish(&[b'x'; 2000], BasicProperties::default());
+    dlx.refuse(1, false);
+    let proxy = Proxy::start("127.0.0.1:5672", OnServerBytes::Stall(BASIC_ACK.to_vec()));
+    let child = db
+        .cmd()
+        .env(
+            "DLQ_AMQP_URL",
+            format!("amqp://guest:guest@{}/%2f", proxy.addr()),
+        )
+        .args([
+            "capture",
+            "--queue",
+            &dlx.dlq,
+            "--max-body-bytes",
+            "1KiB",
+            "--park-queue",
+            &park,
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_until("the park published", 30, || dlx.rabbit.count(&park) == 1);
+    signal(&child, "INT");
+    std::thread::sleep(Duration::from_secs(1));
+    signal(&child, "INT");
+    let out = Run::from(child.wait_with_output().unwrap());
+    assert_eq!(out.code, 130, "{}", out.all());
+    assert!(
+        out.stderr.contains(&format!("may already be in {park}")),
+        "{}",
+        out.stderr
+    );
+}
+
 #[test]
 fn a_missing_queue_or_schema_is_one_clear_line() {
     let db = TestDb::migrated(Backend::Sqlite);
