@@ -436,6 +436,43 @@ def replay(args, report):
         report.extend(connects)
 
 
+def service_cpu():
+    """CPU seconds used so far by PostgreSQL (live processes, and the backends the
+    postmaster has reaped) and by RabbitMQ's Erlang VM, read from /proc."""
+    hz = os.sysconf("SC_CLK_TCK")
+    pg = beam = 0
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/comm") as f:
+                comm = f.read().strip()
+            with open(f"/proc/{pid}/stat") as f:
+                st = f.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                postmaster = b"-D\0" in f.read()
+        except OSError:
+            continue
+        own = int(st[11]) + int(st[12])
+        if comm.startswith("postgres"):
+            pg += own + (int(st[13]) + int(st[14]) if postmaster else 0)
+        elif comm.startswith("beam"):
+            beam += own
+    return pg / hz, beam / hz
+
+
+def run_cpu(cmd, env=None):
+    """Runs cmd; returns (seconds, its own CPU seconds, PostgreSQL's, RabbitMQ's)."""
+    pg0, beam0 = service_cpu()
+    t = time.perf_counter()
+    p = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    err = p.stderr.read()
+    _, status, usage = os.wait4(p.pid, 0)
+    took = time.perf_counter() - t
+    if os.waitstatus_to_exitcode(status) != 0:
+        sys.exit(f"failed: {' '.join(cmd)}\n{err.decode()}")
+    pg1, beam1 = service_cpu()
+    return took, usage.ru_utime + usage.ru_stime, pg1 - pg0, beam1 - beam0
+
+
 def plan(args, report):
     """Rounds of: the bare publisher, then dlq on PostgreSQL, then dlq on SQLite, each on
     fresh data; medians over the rounds, since the broker's own speed varies run to run."""
@@ -448,9 +485,18 @@ def plan(args, report):
     if args.baseline:
         stores.append(("PostgreSQL, baseline binary", args.baseline, "_base"))
     times = {"bare": [], **{s[0]: [] for s in stores}}
+    # CPU seconds per run: (the process, PostgreSQL, RabbitMQ), for where the time goes.
+    cpu = {"bare": [], **{s[0]: [] for s in stores}}
     for _ in range(args.plan_rounds):
         with scratch() as (queue, db, tmp):
+            pg0, beam0 = service_cpu()
+            usage0 = os.times()
             r = run([BARE, queue, str(n), str(body_len)])
+            usage1 = os.times()
+            pg1, beam1 = service_cpu()
+            own = (usage1.children_user + usage1.children_system
+                   - usage0.children_user - usage0.children_system)
+            cpu["bare"].append((own, pg1 - pg0, beam1 - beam0))
             times["bare"].append(float(r.stdout.decode().strip()))
             run([QUEUE_TOOL, "drain", queue])
             extra = [suffix for _, _, suffix in stores if suffix]
@@ -466,9 +512,10 @@ def plan(args, report):
                 plan_file = os.path.join(tmp, "plan.json")
                 with open(plan_file, "wb") as f:
                     f.write(run([dlq, "plan", "--limit", str(n)], env=env).stdout)
-                t = time.perf_counter()
-                run([dlq, "replay", "--plan", plan_file, "--yes", "--batch-size", str(args.batch)], env=env)
-                times[name].append(time.perf_counter() - t)
+                took, *used = run_cpu([dlq, "replay", "--plan", plan_file, "--yes", "--batch-size",
+                                       str(args.batch)], env=env)
+                times[name].append(took)
+                cpu[name].append(tuple(used))
                 run([QUEUE_TOOL, "drain", queue])
             for suffix in extra:
                 run(PG_ADMIN + ["-c", f"DROP DATABASE {db}{suffix} WITH (FORCE)"])
@@ -486,6 +533,17 @@ def plan(args, report):
     report.append("| what | time | throughput | ratio of medians | ratio per round |")
     report.append("|---|---|---|---|---|")
     report.extend(rows)
+    report.append("")
+    report.append("CPU seconds per run (median), on a machine with "
+                  f"{os.cpu_count()} cores shared by all of them:")
+    report.append("")
+    report.append("| what | the process | PostgreSQL | RabbitMQ | all | all / cores |")
+    report.append("|---|---|---|---|---|---|")
+    for name in cpu:
+        own, pg, beam = (statistics.median(c[i] for c in cpu[name]) for i in range(3))
+        every = own + pg + beam
+        report.append(f"| {name} | {own:.2f} s | {pg:.2f} s | {beam:.2f} s | {every:.2f} s "
+                      f"| {every / os.cpu_count():.2f} s |")
 
 
 def run_rss(cmd, env=None):
