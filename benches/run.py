@@ -459,18 +459,17 @@ def service_cpu():
     return pg / hz, beam / hz
 
 
-def run_cpu(cmd, env=None):
-    """Runs cmd; returns (seconds, its own CPU seconds, PostgreSQL's, RabbitMQ's)."""
+@contextlib.contextmanager
+def cpu_of(into):
+    """Appends to `into` the CPU seconds used inside the block by the processes it ran and
+    reaped (`dlq` or the bare client), PostgreSQL and RabbitMQ."""
     pg0, beam0 = service_cpu()
-    t = time.perf_counter()
-    p = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    err = p.stderr.read()
-    _, status, usage = os.wait4(p.pid, 0)
-    took = time.perf_counter() - t
-    if os.waitstatus_to_exitcode(status) != 0:
-        sys.exit(f"failed: {' '.join(cmd)}\n{err.decode()}")
+    t0 = os.times()
+    yield
+    t1 = os.times()
     pg1, beam1 = service_cpu()
-    return took, usage.ru_utime + usage.ru_stime, pg1 - pg0, beam1 - beam0
+    own = t1.children_user + t1.children_system - t0.children_user - t0.children_system
+    into.append((own, pg1 - pg0, beam1 - beam0))
 
 
 def plan(args, report):
@@ -489,14 +488,8 @@ def plan(args, report):
     cpu = {"bare": [], **{s[0]: [] for s in stores}}
     for _ in range(args.plan_rounds):
         with scratch() as (queue, db, tmp):
-            pg0, beam0 = service_cpu()
-            usage0 = os.times()
-            r = run([BARE, queue, str(n), str(body_len)])
-            usage1 = os.times()
-            pg1, beam1 = service_cpu()
-            own = (usage1.children_user + usage1.children_system
-                   - usage0.children_user - usage0.children_system)
-            cpu["bare"].append((own, pg1 - pg0, beam1 - beam0))
+            with cpu_of(cpu["bare"]):
+                r = run([BARE, queue, str(n), str(body_len)])
             times["bare"].append(float(r.stdout.decode().strip()))
             run([QUEUE_TOOL, "drain", queue])
             extra = [suffix for _, _, suffix in stores if suffix]
@@ -512,10 +505,11 @@ def plan(args, report):
                 plan_file = os.path.join(tmp, "plan.json")
                 with open(plan_file, "wb") as f:
                     f.write(run([dlq, "plan", "--limit", str(n)], env=env).stdout)
-                took, *used = run_cpu([dlq, "replay", "--plan", plan_file, "--yes", "--batch-size",
-                                       str(args.batch)], env=env)
-                times[name].append(took)
-                cpu[name].append(tuple(used))
+                t = time.perf_counter()
+                with cpu_of(cpu[name]):
+                    run([dlq, "replay", "--plan", plan_file, "--yes", "--batch-size", str(args.batch)],
+                        env=env)
+                times[name].append(time.perf_counter() - t)
                 run([QUEUE_TOOL, "drain", queue])
             for suffix in extra:
                 run(PG_ADMIN + ["-c", f"DROP DATABASE {db}{suffix} WITH (FORCE)"])
@@ -533,9 +527,14 @@ def plan(args, report):
     report.append("| what | time | throughput | ratio of medians | ratio per round |")
     report.append("|---|---|---|---|---|")
     report.extend(rows)
+    cpu_table(report, cpu)
+
+
+def cpu_table(report, cpu):
+    """The CPU seconds of [`cpu_of`] per run, medians, against the machine's cores."""
+    cores = os.cpu_count()
     report.append("")
-    report.append("CPU seconds per run (median), on a machine with "
-                  f"{os.cpu_count()} cores shared by all of them:")
+    report.append(f"CPU seconds per run (median), on a machine with {cores} cores shared by all of them:")
     report.append("")
     report.append("| what | the process | PostgreSQL | RabbitMQ | all | all / cores |")
     report.append("|---|---|---|---|---|---|")
@@ -543,7 +542,7 @@ def plan(args, report):
         own, pg, beam = (statistics.median(c[i] for c in cpu[name]) for i in range(3))
         every = own + pg + beam
         report.append(f"| {name} | {own:.2f} s | {pg:.2f} s | {beam:.2f} s | {every:.2f} s "
-                      f"| {every / os.cpu_count():.2f} s |")
+                      f"| {every / cores:.2f} s |")
 
 
 def run_rss(cmd, env=None):
@@ -581,6 +580,7 @@ def capture(args, report):
     if args.baseline:
         stores.append(("PostgreSQL, baseline binary", args.baseline, "_base"))
     times = {"bare": [], **{s[0]: [] for s in stores}}
+    cpu = {"bare": [], **{s[0]: [] for s in stores}}
     rss = {s[0]: {} for s in stores}
     with scratch() as (dlq, db, tmp):
         work = dlq + "-work"
@@ -598,12 +598,14 @@ def capture(args, report):
                     kept_counts(db + suffix, "DISABLE")
             for _ in range(args.capture_rounds):
                 fill_dead_letter_queue(work, dlq, n, size)
-                r = run([BARE_CONSUMER, dlq, str(n), str(batch)])
+                with cpu_of(cpu["bare"]):
+                    r = run([BARE_CONSUMER, dlq, str(n), str(batch)])
                 times["bare"].append(float(r.stdout.decode().strip()))
                 for (name, binary, _), url in zip(stores, urls):
                     fill_dead_letter_queue(work, dlq, n, size)
-                    took, peak, out = run_rss([binary, "capture", "--queue", dlq, "--batch", str(batch)],
-                                              dlq_env(url))
+                    with cpu_of(cpu[name]):
+                        took, peak, out = run_rss([binary, "capture", "--queue", dlq, "--batch",
+                                                   str(batch)], dlq_env(url))
                     assert json.loads(out)["captured"] == n, out
                     times[name].append(took)
                     rss[name].setdefault(n, []).append(peak)
@@ -632,6 +634,7 @@ def capture(args, report):
     report.append("| what | time | throughput | ratio of medians | ratio per round |")
     report.append("|---|---|---|---|---|")
     report.extend(rows)
+    cpu_table(report, cpu)
     report.append("")
     sizes = sorted(rss[stores[0][0]])
     report.append("Peak RSS of the `dlq capture` process by number of messages captured (median MiB):")
