@@ -347,11 +347,13 @@ impl Prepared {
 }
 
 /// Rows for the messages within the body limit; the others are refused up front.
-pub(super) fn prepare(batch: Vec<Held>, reason: Option<&str>, limit: &BodyLimit) -> Prepared {
+/// A message's body moves into its row (a batch of large bodies is held once, not
+/// twice); a refused message keeps its own, for the parking queue.
+pub(super) fn prepare(mut batch: Vec<Held>, reason: Option<&str>, limit: &BodyLimit) -> Prepared {
     let mut refused: Vec<(usize, String)> = Vec::new();
     let mut rows: Vec<CapturedLetter> = Vec::with_capacity(batch.len());
     let mut row_of: Vec<Option<usize>> = Vec::with_capacity(batch.len());
-    for (i, h) in batch.iter().enumerate() {
+    for (i, h) in batch.iter_mut().enumerate() {
         if h.body.len() > limit.bytes {
             refused.push((
                 i,
@@ -377,6 +379,7 @@ pub(super) fn prepare(batch: Vec<Held>, reason: Option<&str>, limit: &BodyLimit)
             }
             row_of.push(Some(rows.len()));
             rows.push(letter);
+            h.body = Vec::new();
         }
     }
     Prepared {
@@ -391,8 +394,8 @@ pub(super) fn prepare(batch: Vec<Held>, reason: Option<&str>, limit: &BodyLimit)
 /// batch is being received).
 pub(super) async fn store_batch(store: Arc<dyn Store>, batch: Prepared) -> Result<StoredBatch> {
     let Prepared {
-        held: batch,
-        rows,
+        held: mut batch,
+        mut rows,
         row_of,
         mut refused,
     } = batch;
@@ -412,6 +415,8 @@ pub(super) async fn store_batch(store: Arc<dyn Store>, batch: Prepared) -> Resul
                 CaptureOutcome::Inserted => captured += 1,
                 CaptureOutcome::AlreadyThere => already += 1,
                 CaptureOutcome::Refused(why) => {
+                    // Parked with its body, which moved into its row.
+                    batch[i].body = std::mem::take(&mut rows[*r].row.body);
                     refused.push((i, format!("the database refused it: {why}")))
                 }
             }
