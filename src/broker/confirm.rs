@@ -116,6 +116,12 @@ impl Publisher {
                 }
             }
         }
+        // A return naming none of these publishes (a parked message keeps the
+        // `x-dead-letter-id` it came with) cannot be matched either.
+        unmatched += returned
+            .keys()
+            .filter(|id| !waited.iter().any(|(ours, _, _)| ours == *id))
+            .count();
         if waited
             .iter()
             .any(|(_, _, w)| matches!(w, Waited::Open(..) | Waited::Lost(..)))

@@ -48,14 +48,28 @@ pub(super) async fn settle(
                 .text(" QUEUE to set such messages aside and go on"),
             ));
         };
-        for (i, why) in &refused {
+        for (n, (i, why)) in refused.iter().enumerate() {
             on_event(Event::Parking);
-            park::park_one(opts, park, &batch[*i], why, parker).await?;
+            if let Err(e) = park::park_one(opts, park, &batch[*i], why, parker).await {
+                return Err(also_parked(opts, park, n, e));
+            }
             summary.parked += 1;
             on_event(Event::Parked { why });
         }
     }
     ack_all(session, opts, &batch).await
+}
+
+/// A park that failed after `before` others of its batch were confirmed: those are in
+/// the parking queue and, not acked, still in their queue too; the error says so.
+fn also_parked(opts: &CaptureOptions, park: &str, before: usize, e: DlqError) -> DlqError {
+    if before == 0 {
+        return e;
+    }
+    DlqError::other(words(e.render(&*opts.spell)).text(format!(
+        "; {before} message(s) of this batch moved to {park} before it are also still in {}: look in {park} before running again, or the rerun parks them a second time",
+        opts.queue
+    )))
 }
 
 /// Acks the stored messages one by one and hands the refused ones back (requeued), so

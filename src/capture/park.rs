@@ -95,19 +95,26 @@ pub(super) async fn park_one(
     let settled = publisher
         .settle(vec![sent], &std::sync::atomic::AtomicBool::new(false))
         .await;
-    let e = match settled.into_iter().next().map(|s| s.result) {
+    let (e, doubt) = match settled.into_iter().next().map(|s| s.result) {
         Some(PublishResult::Confirmed) => return Ok(()),
-        Some(PublishResult::Failed(e)) => e,
-        Some(PublishResult::Uncertain(e) | PublishResult::Stalled(e)) => {
-            return Err(maybe_parked(opts, park, why, e))
-        }
-        None => return Err(maybe_parked(opts, park, why, "no publish result".into())),
+        Some(PublishResult::Failed(e)) => (e, Doubt::NotParked),
+        Some(PublishResult::Uncertain(e)) => (e, Doubt::MayBeParked),
+        // The link itself stalled: asking it whether the queue exists would stall too.
+        Some(PublishResult::Stalled(e)) => return Err(maybe_parked(opts, park, why, e)),
+        None => ("no publish result".into(), Doubt::MayBeParked),
     };
-    // Deleted since the check: say that, not what the broker's return looked like.
-    match missing(publisher, opts, park).await {
-        Some(missing) => Err(missing),
-        None => Err(fail(e)),
+    // Deleted since the check (a return of the park is one way to learn it): say that.
+    match (missing(publisher, opts, park).await, doubt) {
+        (Some(missing), _) => Err(missing),
+        (None, Doubt::NotParked) => Err(fail(e)),
+        (None, Doubt::MayBeParked) => Err(maybe_parked(opts, park, why, e)),
     }
+}
+
+/// Whether a park that was not confirmed may have reached the parking queue.
+enum Doubt {
+    NotParked,
+    MayBeParked,
 }
 
 /// A park whose outcome is unknown: the message is still in the queue and may also be in

@@ -112,18 +112,9 @@ fn watch_signals() -> Signals {
     Signals { finish, now }
 }
 
-/// One line for stderr: secrets removed, control characters shown escaped.
+/// One line for stderr: secrets removed, control and bidi characters shown escaped.
 fn line(s: &str) -> String {
-    dlq::secret::scrub(s)
-        .chars()
-        .map(|c| {
-            if c.is_control() {
-                c.escape_default().to_string()
-            } else {
-                c.to_string()
-            }
-        })
-        .collect()
+    dlq::sanitize::line(&dlq::secret::scrub(s)).into_owned()
 }
 
 fn counts(s: &CaptureSummary) -> String {
@@ -287,4 +278,16 @@ fn spinner(queue: &str) -> indicatif::ProgressBar {
     pb.enable_steady_tick(Duration::from_millis(200));
     pb.set_message(format!("consuming {}", line(queue)));
     pb
+}
+
+#[cfg(test)]
+mod tests {
+    /// Once broke (review): the progress line's own escaping let bidi controls through
+    /// (a database's refusal can echo a body) onto a terminal.
+    #[test]
+    fn a_line_escapes_bidi_and_control_characters_and_hides_passwords() {
+        let shown = super::line("refused: a\u{202E}b\u{2066}c\n amqp://u:hunter2@h/v");
+        assert!(!shown.contains(['\u{202E}', '\u{2066}', '\n']), "{shown}");
+        assert!(!shown.contains("hunter2"), "{shown}");
+    }
 }

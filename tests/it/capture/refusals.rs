@@ -5,7 +5,7 @@ use super::*;
 use crate::common::*;
 use futures_util::StreamExt;
 use lapin::options::*;
-use lapin::types::FieldTable;
+use lapin::types::{AMQPValue, FieldTable};
 use lapin::BasicProperties;
 use std::process::Stdio;
 
@@ -173,6 +173,107 @@ fn a_second_interrupt_during_a_park_says_the_message_may_be_parked_already() {
         "{}",
         out.stderr
     );
+}
+
+/// Once broke (review): a parked message keeps its headers, and a return of the park
+/// carrying another row's `x-dead-letter-id` matched no publish; the park was judged
+/// confirmed, the message acked and lost with the parking queue gone. Without the header
+/// the line said "may already be in" a queue that did not exist.
+#[test]
+fn a_park_returned_by_a_deleted_parking_queue_is_never_taken_as_parked() {
+    for header in [Some("some-row-id"), None] {
+        let db = TestDb::migrated(Backend::Sqlite);
+        let mut dlx = Dlx::new(&[], &[]);
+        let park = dlx.rabbit.queue("dlq_cap_park");
+        let mut child = db
+            .cmd()
+            .args([
+                "capture",
+                "--queue",
+                &dlx.dlq,
+                "--follow",
+                "--max-body-bytes",
+                "1KiB",
+                "--park-queue",
+                &park,
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        wait_until("consuming", 30, || consumers(&dlx.rabbit, &dlx.dlq) == 1);
+        dlx.rabbit.delete(&park);
+        let headers = match header {
+            Some(id) => table(&[("x-dead-letter-id", s(id))]),
+            None => FieldTable::default(),
+        };
+        publish(
+            &dlx.rabbit,
+            &dlx.dlq,
+            &[b'x'; 2000],
+            BasicProperties::default().with_headers(headers),
+        );
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while child.try_wait().unwrap().is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        if child.try_wait().unwrap().is_none() {
+            signal(&child, "INT");
+        }
+        let out = Run::from(child.wait_with_output().unwrap());
+        assert_eq!(out.code, 1, "{header:?}: {}", out.all());
+        assert!(
+            out.stderr
+                .contains(&format!("the park queue {park} does not exist")),
+            "{header:?}: {}",
+            out.stderr
+        );
+        wait_until("the message back in its queue", 30, || {
+            dlx.rabbit.count(&dlx.dlq) == 1
+        });
+    }
+}
+
+/// Once broke (review): when a batch's second park failed, the line said only that this
+/// message was back in its queue; the first, confirmed in the parking queue and not
+/// acked, was in both, and the rerun parked it again.
+#[test]
+fn a_failed_park_says_the_parked_ones_of_its_batch_are_still_queued() {
+    let db = TestDb::migrated(Backend::Sqlite);
+    let mut dlx = Dlx::new(&[], &[]);
+    let park = dlx.rabbit.queue_with(
+        "dlq_cap_park_one",
+        table(&[
+            ("x-max-length", AMQPValue::LongInt(1)),
+            ("x-overflow", s("reject-publish")),
+        ]),
+    );
+    for i in 0..2u8 {
+        dlx.publish(&[b'a' + i; 2000], BasicProperties::default());
+    }
+    dlx.refuse(2, false);
+    let r = capture(
+        &db,
+        &[
+            "--queue",
+            &dlx.dlq,
+            "--max-body-bytes",
+            "1KiB",
+            "--park-queue",
+            &park,
+        ],
+    );
+    assert_eq!(r.code, 1, "{}", r.all());
+    assert!(
+        r.stderr.contains(&format!(
+            "1 message(s) of this batch moved to {park} before it are also still in {}",
+            dlx.dlq
+        )),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(dlx.rabbit.count(&park), 1);
+    assert_eq!(dlx.rabbit.count(&dlx.dlq), 2, "nothing of the batch acked");
 }
 
 #[test]
