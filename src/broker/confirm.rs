@@ -191,7 +191,7 @@ impl Publisher {
                 "the channel was not in confirm mode; the outcome is unknown".into(),
             ),
             _ if unmatched > 0 => PublishResult::Uncertain(words(format!(
-                "the broker returned {unmatched} message(s) without an x-dead-letter-id header on this channel, so returns cannot be matched to rows: this one may or may not have been routed"
+                "the broker returned {unmatched} message(s) on this channel that name none of the messages it was waiting for (no x-dead-letter-id header, or another one), so returns cannot be matched: this one may or may not have been routed"
             ))),
             Confirmation::Ack(_) => PublishResult::Confirmed,
             Confirmation::Nack(_) if target.exchange.is_empty() => default_exchange_nack(self.opts.topology),
