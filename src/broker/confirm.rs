@@ -44,6 +44,33 @@ fn lost(e: &lapin::Error) -> Waited {
     Waited::Lost(scrub(&e.to_string()), nowhere)
 }
 
+/// The returns the confirms carry, by the publish each names, with why it came back; a
+/// return naming no publish of the wait (no `x-dead-letter-id`, or another row's, as a
+/// parked message keeps) is unmatched.
+fn returns(waited: &mut [(String, Target, Waited)]) -> (HashMap<String, (String, u16)>, usize) {
+    let mut carried = Vec::new();
+    for (_, _, w) in waited.iter_mut() {
+        if let Waited::Confirmation(c) = w {
+            if let Confirmation::Ack(r) | Confirmation::Nack(r) = c.as_mut() {
+                carried.extend(r.take());
+            }
+        }
+    }
+    let mut returned = HashMap::new();
+    let mut unmatched = 0;
+    for ret in carried {
+        let ours = dead_letter_id(&ret).filter(|id| waited.iter().any(|(o, _, _)| o == id));
+        match ours {
+            Some(id) => {
+                let why = format!("{} {}", ret.reply_code, ret.reply_text);
+                returned.insert(id, (why, ret.reply_code));
+            }
+            None => unmatched += 1,
+        }
+    }
+    (returned, unmatched)
+}
+
 /// Whether this publish's target leads nowhere: returned as unroutable (312), or lost to
 /// a 404 that names its exchange.
 fn nowhere_of(w: &Waited, back: Option<&(String, u16)>, target: &Target) -> Option<Nowhere> {
@@ -98,30 +125,7 @@ impl Publisher {
                 }
             }
         }
-        let mut returned = HashMap::new();
-        let mut unmatched = 0usize;
-        for (_, _, w) in &mut waited {
-            if let Waited::Confirmation(c) = w {
-                let (Confirmation::Ack(r) | Confirmation::Nack(r)) = c.as_mut() else {
-                    continue;
-                };
-                if let Some(ret) = r.take() {
-                    match dead_letter_id(&ret) {
-                        Some(id) => {
-                            let why = format!("{} {}", ret.reply_code, ret.reply_text);
-                            returned.insert(id, (why, ret.reply_code));
-                        }
-                        None => unmatched += 1,
-                    }
-                }
-            }
-        }
-        // A return naming none of these publishes (a parked message keeps the
-        // `x-dead-letter-id` it came with) cannot be matched either.
-        unmatched += returned
-            .keys()
-            .filter(|id| !waited.iter().any(|(ours, _, _)| ours == *id))
-            .count();
+        let (returned, unmatched) = returns(&mut waited);
         if waited
             .iter()
             .any(|(_, _, w)| matches!(w, Waited::Open(..) | Waited::Lost(..)))

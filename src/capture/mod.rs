@@ -128,6 +128,19 @@ pub struct CaptureSummary {
 }
 
 impl CaptureSummary {
+    /// Nothing taken yet from `queue`.
+    pub fn new(queue: &str) -> Self {
+        CaptureSummary {
+            queue: queue.to_string(),
+            captured: 0,
+            already_there: 0,
+            parked: 0,
+            reconnects: 0,
+            stopped: None,
+            seconds: 0.0,
+        }
+    }
+
     pub(crate) fn handled(&self) -> u64 {
         self.captured + self.already_there + self.parked
     }
@@ -159,15 +172,7 @@ pub async fn capture(
     // Checks that `dlq migrate` has added the capture key, before taking any message.
     store.capture(&[]).await?;
     let started = Instant::now();
-    let mut summary = CaptureSummary {
-        queue: opts.queue.clone(),
-        captured: 0,
-        already_there: 0,
-        parked: 0,
-        reconnects: 0,
-        stopped: None,
-        seconds: 0.0,
-    };
+    let mut summary = CaptureSummary::new(&opts.queue);
     // A parking queue that does not exist is said before any message is taken.
     let mut parker: Option<Publisher> = match &opts.park_queue {
         Some(park) => Some(park::connect(opts, park).await?),

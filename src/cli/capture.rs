@@ -174,7 +174,7 @@ pub async fn run(ctx: &Ctx, args: CaptureArgs) -> Result<u8> {
     let Some(result) = result else {
         // A store transaction may hang on a silent link: the pool is not closed (that
         // waits for it), and nothing it held was acked.
-        let mut summary = acked.unwrap_or_else(|| empty_summary(&args.queue));
+        let mut summary = acked.unwrap_or_else(|| CaptureSummary::new(&args.queue));
         summary.stopped = Some(Stopped::Interrupted);
         summary.seconds = started.elapsed().as_secs_f64();
         let park = match (parking, &opts.park_queue) {
@@ -199,18 +199,6 @@ pub async fn run(ctx: &Ctx, args: CaptureArgs) -> Result<u8> {
         Some(Stopped::Interrupted) if !args.follow => dlq::exit::INTERRUPTED,
         _ => dlq::exit::OK,
     })
-}
-
-fn empty_summary(queue: &str) -> CaptureSummary {
-    CaptureSummary {
-        queue: queue.to_string(),
-        captured: 0,
-        already_there: 0,
-        parked: 0,
-        reconnects: 0,
-        stopped: None,
-        seconds: 0.0,
-    }
 }
 
 fn print_summary(ctx: &Ctx, args: &CaptureArgs, summary: &CaptureSummary) {
