@@ -216,7 +216,6 @@ fn two_batches_are_stored_at_once_and_a_refused_older_one_acks_neither() {
     // Storing is most of a capture's time: two transactions run at once. When the older
     // batch stops the capture, the newer one has committed but is not acked; the broker
     // delivers it again and the rerun finds it already there.
-    use sqlx::Connection;
     let db = TestDb::migrated(Backend::Postgres);
     let dlx = Dlx::new(&[], &[]);
     let n = 200;
@@ -228,15 +227,7 @@ fn two_batches_are_stored_at_once_and_a_refused_older_one_acks_neither() {
         "CREATE TRIGGER refuse BEFORE INSERT ON dead_letters \
          FOR EACH ROW EXECUTE FUNCTION refuse()",
     ]);
-    let rt = rt();
-    let mut locker = rt.block_on(sqlx::PgConnection::connect(&db.url)).unwrap();
-    rt.block_on(async {
-        sqlx::query("BEGIN").execute(&mut locker).await.unwrap();
-        sqlx::query("LOCK TABLE dead_letters IN SHARE MODE")
-            .execute(&mut locker)
-            .await
-            .unwrap();
-    });
+    let held = WritesHeld::on(&db);
     let child = db
         .cmd()
         .env("DLQ_LOCK_TIMEOUT", "60s")
@@ -245,13 +236,10 @@ fn two_batches_are_stored_at_once_and_a_refused_older_one_acks_neither() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let waiting = "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
-                   AND application_name = 'dlq' AND wait_event_type = 'Lock'";
     wait_until("two batches waiting to be stored", 30, || {
-        db.scalar(waiting) >= 2
+        waiting_for_a_lock(&db, "") >= 2
     });
-    rt.block_on(sqlx::query("ROLLBACK").execute(&mut locker))
-        .unwrap();
+    held.release();
     let out = Run::from(child.wait_with_output().unwrap());
     assert_eq!(out.code, 1, "{}", out.all());
     assert!(out.stderr.contains("cannot be stored"), "{}", out.stderr);
@@ -353,13 +341,9 @@ fn a_second_interrupt_stops_at_once_when_the_database_link_goes_silent() {
         "the first signal waits for the batches in hand"
     );
     signal(&child, "INT");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("still running 10 s after the second signal (the stall lasts 30 s)");
-        }
-        std::thread::sleep(Duration::from_millis(50));
+    if !exits_within(&mut child, 10) {
+        let _ = child.kill();
+        panic!("still running 10 s after the second signal (the stall lasts 30 s)");
     }
     let out = Run::from(child.wait_with_output().unwrap());
     assert_eq!(out.code, 130, "{}", out.all());

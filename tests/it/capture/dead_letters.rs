@@ -187,19 +187,10 @@ fn expired_messages_keep_their_reason_and_reason_can_be_given() {
 /// what `--max` still allowed, and stored whole: `--max 5` captured 8.
 #[test]
 fn max_holds_for_deliveries_that_arrive_while_a_batch_is_stored() {
-    use sqlx::Connection;
     let db = TestDb::migrated(Backend::Postgres);
     let dlx = Dlx::new(&[], &[]);
     fill(&dlx, 3);
-    let rt = rt();
-    let mut locker = rt.block_on(sqlx::PgConnection::connect(&db.url)).unwrap();
-    rt.block_on(async {
-        sqlx::query("BEGIN").execute(&mut locker).await.unwrap();
-        sqlx::query("LOCK TABLE dead_letters IN SHARE MODE")
-            .execute(&mut locker)
-            .await
-            .unwrap();
-    });
+    let held = WritesHeld::on(&db);
     // The broker's answer to "is the queue empty" comes after the deliveries that the
     // first batch's ack let through: the question is held on its way.
     let proxy = Proxy::start(
@@ -217,11 +208,8 @@ fn max_holds_for_deliveries_that_arrive_while_a_batch_is_stored() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let waiting = "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
-                   AND application_name = 'dlq' AND wait_event_type = 'Lock' \
-                   AND query LIKE 'INSERT INTO dead_letters%'";
     wait_until("the first 3 waiting to be stored", 30, || {
-        db.scalar(waiting) >= 1
+        waiting_for_a_lock(&db, "AND query LIKE 'INSERT INTO dead_letters%'") >= 1
     });
     // Five more: two reach the consumer while the first batch waits (the prefetch is
     // `--max`), three once it is acked, and then the queue looks empty.
@@ -230,8 +218,7 @@ fn max_holds_for_deliveries_that_arrive_while_a_batch_is_stored() {
     }
     dlx.refuse_only(5, false);
     std::thread::sleep(Duration::from_secs(1));
-    rt.block_on(sqlx::query("ROLLBACK").execute(&mut locker))
-        .unwrap();
+    held.release();
     let out = Run::from(child.wait_with_output().unwrap());
     assert_eq!(out.code, 0, "{}", out.all());
     assert_eq!(out.json()["captured"], 5, "{}", out.stdout);

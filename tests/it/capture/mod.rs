@@ -267,6 +267,55 @@ fn assert_exactly_once(db: &TestDb, n: i64) {
     );
 }
 
+/// A transaction of the test's own holding `dead_letters` in SHARE mode: every writer
+/// waits until [`WritesHeld::release`].
+struct WritesHeld {
+    rt: tokio::runtime::Runtime,
+    conn: sqlx::PgConnection,
+}
+
+impl WritesHeld {
+    fn on(db: &TestDb) -> WritesHeld {
+        use sqlx::Connection;
+        let rt = rt();
+        let mut conn = rt.block_on(sqlx::PgConnection::connect(&db.url)).unwrap();
+        rt.block_on(async {
+            sqlx::query("BEGIN").execute(&mut conn).await.unwrap();
+            sqlx::query("LOCK TABLE dead_letters IN SHARE MODE")
+                .execute(&mut conn)
+                .await
+                .unwrap();
+        });
+        WritesHeld { rt, conn }
+    }
+
+    fn release(mut self) {
+        self.rt
+            .block_on(sqlx::query("ROLLBACK").execute(&mut self.conn))
+            .unwrap();
+    }
+}
+
+/// How many of dlq's statements wait for a lock; `and` narrows them (SQL, or "").
+fn waiting_for_a_lock(db: &TestDb, and: &str) -> i64 {
+    db.scalar(&format!(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+         AND application_name = 'dlq' AND wait_event_type = 'Lock' {and}"
+    ))
+}
+
+/// Whether `child` exits within `secs`.
+fn exits_within(child: &mut std::process::Child, secs: u64) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    true
+}
+
 fn wait_until(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(secs);
     while !f() {

@@ -93,15 +93,21 @@ fn a_message_that_cannot_be_stored_stops_the_capture_or_is_parked() {
     }
 }
 
-/// Once broke: a park whose confirm never came was reported as "could not be parked",
-/// though the broker may hold it in the parking queue: the rerun parks it again.
-#[test]
-fn a_park_without_a_confirm_says_the_message_may_be_parked_already() {
+/// A SQLite store, and one dead letter over 1 KiB waiting to be parked in `park`.
+fn one_message_to_park() -> (TestDb, Dlx, String) {
     let db = TestDb::migrated(Backend::Sqlite);
     let mut dlx = Dlx::new(&[], &[]);
     let park = dlx.rabbit.queue("dlq_cap_park");
     dlx.publish(&[b'x'; 2000], BasicProperties::default());
     dlx.refuse(1, false);
+    (db, dlx, park)
+}
+
+/// Once broke: a park whose confirm never came was reported as "could not be parked",
+/// though the broker may hold it in the parking queue: the rerun parks it again.
+#[test]
+fn a_park_without_a_confirm_says_the_message_may_be_parked_already() {
+    let (db, dlx, park) = one_message_to_park();
     // Publisher confirms (basic.ack from the server) never reach dlq.
     let proxy = Proxy::start("127.0.0.1:5672", OnServerBytes::Stall(BASIC_ACK.to_vec()));
     let r = db.dlq_env(
@@ -137,11 +143,7 @@ fn a_park_without_a_confirm_says_the_message_may_be_parked_already() {
 /// messages were still in their queue; the rerun parked the message a second time.
 #[test]
 fn a_second_interrupt_during_a_park_says_the_message_may_be_parked_already() {
-    let db = TestDb::migrated(Backend::Sqlite);
-    let mut dlx = Dlx::new(&[], &[]);
-    let park = dlx.rabbit.queue("dlq_cap_park");
-    dlx.publish(&[b'x'; 2000], BasicProperties::default());
-    dlx.refuse(1, false);
+    let (db, dlx, park) = one_message_to_park();
     let proxy = Proxy::start("127.0.0.1:5672", OnServerBytes::Stall(BASIC_ACK.to_vec()));
     let child = db
         .cmd()
@@ -213,11 +215,7 @@ fn a_park_returned_by_a_deleted_parking_queue_is_never_taken_as_parked() {
             &[b'x'; 2000],
             BasicProperties::default().with_headers(headers),
         );
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while child.try_wait().unwrap().is_none() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        if child.try_wait().unwrap().is_none() {
+        if !exits_within(&mut child, 30) {
             signal(&child, "INT");
         }
         let out = Run::from(child.wait_with_output().unwrap());
