@@ -1,8 +1,9 @@
 //! Waiting for a set of publisher confirms and judging each publish by the contract,
 //! conservatively: [`PublishResult::Failed`] only where the broker certainly does not
 //! have the message (the connection was blocked before sending, a nack from the one
-//! queue of the default exchange on a broker known to be one node, or an ack that came
-//! with the message returned as unroutable); [`PublishResult::Uncertain`] wherever the
+//! queue of the default exchange on a broker known to be one node, an ack that came
+//! with the message returned as unroutable, or the 404 of a missing exchange when one
+//! publish alone can have drawn it); [`PublishResult::Uncertain`] wherever the
 //! message may have reached a queue (lost connection or timeout after the publish was
 //! handed to the socket, any other nack). Apart from [`super::publish`] because judging
 //! is the part the contract is about, and it needs no socket code to read.
@@ -29,6 +30,8 @@ enum Waited {
     Open(std::pin::Pin<Box<PublisherConfirm>>, Unanswered),
     /// The channel or connection closed; `Some` when the broker said the exchange is missing.
     Lost(String, Option<Nowhere>),
+    /// The publish the broker's 404 was about ([`refused_by_404`]): never routed.
+    Refused(String),
 }
 
 /// Why a confirm is still open.
@@ -76,6 +79,7 @@ fn returns(waited: &mut [(String, Target, Waited)]) -> (HashMap<String, (String,
 fn nowhere_of(w: &Waited, back: Option<&(String, u16)>, target: &Target) -> Option<Nowhere> {
     match (w, back) {
         (Waited::Known(_), _) => None,
+        (Waited::Refused(_), _) => Some(Nowhere::NoExchange),
         (_, Some((_, 312))) => Some(Nowhere::NoRoute),
         (Waited::Lost(text, n), None) => n.filter(|_| names_exchange(text, target)),
         _ => None,
@@ -87,6 +91,30 @@ fn nowhere_of(w: &Waited, back: Option<&(String, u16)>, target: &Target) -> Opti
 /// other exchanges (the default one always exists).
 fn names_exchange(text: &str, target: &Target) -> bool {
     !target.exchange.is_empty() && text.contains(&format!("no exchange '{}'", target.exchange))
+}
+
+/// The publish a 404 closing the channel was certainly about, made [`Waited::Refused`].
+/// The broker checks the exchange before routing and discards what follows on the closed
+/// channel, so the publish that drew the 404 reached no queue. It is known only when one
+/// publish of the wait to the named exchange has no ack: the others to it were acked (the
+/// exchange existed for them), and an earlier settle on this channel left none open.
+/// Two or more unanswered ones stay uncertain: the exchange may have been deleted after
+/// the first was routed.
+fn refused_by_404(waited: &mut [(String, Target, Waited)]) {
+    let sole = waited.iter().position(|(_, target, w)| {
+        let Waited::Lost(text, Some(Nowhere::NoExchange)) = w else {
+            return false;
+        };
+        let unanswered = |(_, t, w): &(String, Target, Waited)| {
+            t.exchange == target.exchange && !matches!(w, Waited::Confirmation(_))
+        };
+        names_exchange(text, target) && waited.iter().filter(|e| unanswered(e)).count() == 1
+    });
+    if let Some(i) = sole {
+        if let Waited::Lost(text, _) = &mut waited[i].2 {
+            waited[i].2 = Waited::Refused(std::mem::take(text));
+        }
+    }
 }
 
 impl Publisher {
@@ -126,9 +154,10 @@ impl Publisher {
             }
         }
         let (returned, unmatched) = returns(&mut waited);
+        refused_by_404(&mut waited);
         if waited
             .iter()
-            .any(|(_, _, w)| matches!(w, Waited::Open(..) | Waited::Lost(..)))
+            .any(|(_, _, w)| matches!(w, Waited::Open(..) | Waited::Lost(..) | Waited::Refused(_)))
         {
             self.poisoned.store(true, Ordering::SeqCst);
         }
@@ -183,6 +212,11 @@ impl Publisher {
                 return PublishResult::Uncertain(words(format!(
                     "no publisher confirm from {host} within {}: the message may or may not have been published",
                     humantime::format_duration(self.opts.confirm_timeout)
+                )))
+            }
+            (Waited::Refused(e), None) => {
+                return PublishResult::Failed(words(format!(
+                    "the broker refused it before routing it ({e}): nothing was published"
                 )))
             }
             (Waited::Lost(e, _), None) => return PublishResult::Uncertain(words(format!(

@@ -100,21 +100,82 @@ fn a_route_to_nowhere_names_the_exchange_the_routing_key_and_the_fix() {
     );
 }
 
-/// A missing exchange (the broker's 404 closes the channel) names the exchange.
+/// A missing exchange (the broker's 404 closes the channel) names the exchange, and a
+/// single replay's one publish is certainly not published: `publish_failed`, the row
+/// pending again. Once broke: it ended `uncertain` (exit 6), "may or may not have been
+/// published", and the row waited for `dlq resolve` after a typo in `--exchange`.
 #[test]
-fn a_missing_exchange_is_named() {
+fn a_missing_exchange_is_named_and_a_single_replay_to_it_certainly_failed() {
     let db = TestDb::migrated(Backend::Sqlite);
     db.add(letter("ne1", "orders", b"{}"));
     let ex = unique("dlq_no_such_exchange");
     let r = db.dlq(&["replay", "ne1", "--yes", "--exchange", &ex, "-o", "json"]);
-    let detail = r.json()["detail"].as_str().unwrap().to_string();
+    assert_eq!(r.code, 5, "{}", r.all());
+    let j = r.json();
+    assert_eq!(j["outcome"], "publish_failed", "{}", r.all());
+    let detail = j["detail"].as_str().unwrap().to_string();
     assert!(
         detail.contains(&format!(
             "exchange \"{ex}\" (routing key \"orders\") does not exist"
-        )) && detail.contains("give --exchange"),
+        )) && detail.contains("give --exchange")
+            && detail.contains("nothing was published"),
         "{}",
         r.all()
     );
+    let row = db.dlq(&["show", "ne1", "-o", "json"]).json();
+    assert_eq!(row["state"], "pending", "{row}");
+    assert!(
+        row["last_replay_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("does not exist")),
+        "{row}"
+    );
+}
+
+/// Two publishes to one missing exchange on one channel: the 404 was drawn by one of
+/// them, and the exchange may have been deleted after the other was routed, so neither
+/// is said to have certainly failed.
+#[test]
+fn two_unanswered_publishes_to_a_missing_exchange_stay_uncertain() {
+    let db = TestDb::migrated(Backend::Sqlite);
+    let ex = unique("dlq_missing_two");
+    for id in ["two-1", "two-2"] {
+        let mut l = letter(id, "orders", b"{}");
+        l["exchange"] = serde_json::json!(ex);
+        l["routing_key"] = serde_json::json!("k");
+        db.add(l);
+    }
+    let plan = db.plan_file(&[]);
+    let path = plan.path().to_str().unwrap();
+    let r = db.dlq(&[
+        "replay",
+        "--plan",
+        path,
+        "--yes",
+        "--workers",
+        "1",
+        "-o",
+        "json",
+    ]);
+    assert_eq!(r.code, 6, "{}", r.all());
+    let items: Vec<_> = r
+        .lines()
+        .into_iter()
+        .filter(|l| l.get("id").is_some())
+        .collect();
+    assert_eq!(items.len(), 2, "{}", r.all());
+    // (A publish lapin refused on the already closed channel was never sent: failed.)
+    let refused = |l: &serde_json::Value| {
+        l["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("refused it before routing"))
+    };
+    assert!(
+        items.iter().any(|l| l["outcome"] == "uncertain"),
+        "{}",
+        r.all()
+    );
+    assert!(!items.iter().any(refused), "{}", r.all());
 }
 
 /// Once broke: a 404 on one publish closes the channel for every confirm still open, and
