@@ -30,6 +30,15 @@ const NOW: &str = "now()";
 /// token of this dlq ends in `:` and a UUID, so never matches.
 const V1_TOKEN: &str = "right(replay_claim_owner, 40) LIKE ':v1-%'";
 
+/// The advisory lock that orders imports' live-pair checks (any value; "dlq_impt"). An
+/// import that inserted rows takes it right before [`super::revise::live_pair`] and holds
+/// it to its commit, so two imports (an original, its revision) can no longer both pass a
+/// check blind to the other's uncommitted rows and both commit. The check relies on READ
+/// COMMITTED: it is a new statement, so its snapshot, taken once the lock is granted, sees
+/// the rows of the import that held it. Taken after the inserts, so it is never held while
+/// waiting on another import's row (no deadlock) and only for the check and the commit.
+const IMPORT_CHECK_LOCK: i64 = 0x646c_715f_696d_7074;
+
 pub struct PgStore {
     pool: PgPool,
 }
@@ -442,6 +451,13 @@ impl Store for PgStore {
                     )))
                 }
             }
+        }
+        if !imported.is_empty() {
+            sqlx::query("SELECT pg_advisory_xact_lock($1)")
+                .bind(IMPORT_CHECK_LOCK)
+                .execute(&mut *tx)
+                .await
+                .map_err(db_error)?;
         }
         if let Some(pair) = super::revise::live_pair::<Postgres>(&mut tx, &imported)
             .await

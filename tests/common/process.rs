@@ -1,4 +1,4 @@
-//! Child processes: signals, config files.
+//! Child processes: signals, config files, waiting for what they do.
 
 use super::TestDb;
 use std::ffi::OsStr;
@@ -11,6 +11,18 @@ pub fn signal(child: &std::process::Child, sig: &str) {
         .status()
         .unwrap();
     assert!(ok.success());
+}
+
+/// Polls `f` every 50 ms until it holds; fails the test after `secs` seconds.
+pub fn wait_until(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    while !f() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
 }
 
 /// Writes `body` as the dlq config file under the XDG config home `dir`.

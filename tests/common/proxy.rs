@@ -38,6 +38,9 @@ pub enum OnServerBytes {
     /// From the client: hold the AMQP frame whose method is `pattern` (and what follows
     /// it) this long before forwarding it; what came before it goes at once.
     HoldClientMethod([u8; 4], std::time::Duration),
+    /// From the client: hold the bytes from `pattern` on (a PostgreSQL COMMIT, say) this
+    /// long before forwarding them; what came before them goes at once.
+    HoldClientBytes(Vec<u8>, std::time::Duration),
 }
 
 impl Proxy {
@@ -115,8 +118,11 @@ async fn pipe(
     let (mut cr, mut cw) = client.into_split();
     let (mut sr, mut sw) = server.into_split();
     let cut1 = cut.clone();
+    // What to hold: a pattern, how far before it the held bytes start, and how long.
     let hold = match &hook {
-        OnServerBytes::HoldClientMethod(m, d) => Some((*m, *d)),
+        // A method frame: type, channel (2), size (4), then class and method.
+        OnServerBytes::HoldClientMethod(m, d) => Some((m.to_vec(), 7, *d)),
+        OnServerBytes::HoldClientBytes(p, d) => Some((p.clone(), 0, *d)),
         _ => None,
     };
     let up = tokio::spawn(async move {
@@ -131,10 +137,9 @@ async fn pipe(
                 Err(_) => continue,
                 Ok(Ok(0)) | Ok(Err(_)) => return,
                 Ok(Ok(n)) => {
-                    // A method frame: type, channel (2), size (4), then class and method.
-                    let at = hold.and_then(|(m, d)| {
-                        let i = buf[..n].windows(4).position(|w| w == m)?;
-                        Some((i.checked_sub(7)?, d))
+                    let at = hold.as_ref().and_then(|(p, back, d)| {
+                        let i = buf[..n].windows(p.len()).position(|w| w == p.as_slice())?;
+                        Some((i.checked_sub(*back)?, *d))
                     });
                     let (now, later) = buf[..n].split_at(at.map_or(n, |(i, _)| i));
                     if sw.write_all(now).await.is_err() {

@@ -316,14 +316,6 @@ fn exits_within(child: &mut std::process::Child, secs: u64) -> bool {
     true
 }
 
-fn wait_until(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 fn consumers(r: &Rabbit, queue: &str) -> u32 {
     r.block_on(r.channel().queue_declare(
         queue.into(),

@@ -170,6 +170,61 @@ fn import_never_makes_an_original_and_its_revision_both_replayable() {
     }
 }
 
+/// Once broke: two imports at once on PostgreSQL, one of the original (pending) and one
+/// of its revision, each passed its live-pair check blind to the other's uncommitted rows
+/// and both committed: the event could go out twice. Import A's COMMIT is held by a proxy
+/// once its check has run; import B runs meanwhile. SQLite needs no such test: its
+/// imports' commit points are BEGIN IMMEDIATE, so writers are serialised.
+#[test]
+fn concurrent_imports_never_make_an_original_and_its_revision_both_replayable() {
+    let src = TestDb::migrated(Backend::Postgres);
+    let mut mq = Rabbit::new();
+    let q = mq.queue("dlq_rev_import_race");
+    add(&src, "orig", &q);
+    let before = export(&src, &[]);
+    revise(&src, "orig");
+    let revisions = export(&src, &["--revisions"]);
+    let (before, revisions) = (
+        before.path().to_str().unwrap(),
+        revisions.path().to_str().unwrap(),
+    );
+    let commit = b"Q\0\0\0\x0bCOMMIT\0".to_vec();
+    let proxy = Proxy::start(
+        "127.0.0.1:5432",
+        OnServerBytes::HoldClientBytes(commit, std::time::Duration::from_secs(5)),
+    );
+    for [a, b] in [[before, revisions], [revisions, before]] {
+        let dst = TestDb::migrated(Backend::Postgres);
+        let url = format!(
+            "{}?sslmode=disable",
+            dst.url.replace("127.0.0.1:5432", &proxy.addr())
+        );
+        let first = dst.spawn_env(&["import", a], &[("DLQ_DATABASE_URL", &url)]);
+        // A has run its check (its last statement) and its COMMIT is held.
+        let checked = "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+                       AND state = 'idle in transaction' AND query LIKE 'SELECT r.id AS rid%'";
+        wait_until("import A's check", 60, || dst.scalar(checked) > 0);
+        // B may wait for A's commit: longer than the default lock timeout.
+        let second = dst.dlq_env(&["import", b], &[("DLQ_LOCK_TIMEOUT", "60s")]);
+        let first = Run::from(first.wait_with_output().unwrap());
+        let mut codes = [first.code, second.code];
+        codes.sort();
+        assert_eq!(codes, [0, 2], "A: {}\nB: {}", first.all(), second.all());
+        let refused = if first.code == 2 { &first } else { &second };
+        assert!(
+            refused.all().contains("copies of one event"),
+            "{}",
+            refused.all()
+        );
+        assert_eq!(dst.ids(&["--state", "pending"]).len(), 1, "{a} then {b}");
+        assert_eq!(
+            dst.ids(&["--state", "all"]).len(),
+            1,
+            "the refused import left nothing"
+        );
+    }
+}
+
 /// Once broke: `edit --plan --plan-out` with a path it cannot write made every revision,
 /// then failed (exit 2, "bad arguments") with no summary and no plan of them: the
 /// reviewed plan was spent and nothing said which revisions to replay. The path is
