@@ -574,18 +574,14 @@ impl<F: FnMut(RunEvent<'_>)> Run<'_, F> {
         }
     }
 
-    /// Stops the run when an event it replayed came back as a new dead letter.
+    /// Stops the run when an event it sent (replayed, or uncertain: it may have gone
+    /// out) came back as a new dead letter. Rows stay as they are.
     async fn came_back(&self, reports: &[ItemReport]) -> Result<()> {
         let mut watch = self.watch.lock().await;
         watch.add(reports);
         if let Some(back) = watch.came_back(self.store).await? {
-            self.lock().summary.stop(
-                StopReason::CameBack,
-                format!(
-                    "replayed event {} came back as new dead letter {}: the cause is not fixed; stopping",
-                    back.event, back.id
-                ),
-            );
+            let detail = back.detail(&*self.opts.replay.spell);
+            self.lock().summary.stop(StopReason::CameBack, detail);
             self.stop.store(true, Ordering::SeqCst);
             // A worker waiting for room must see the stop, not wait for a settle.
             self.settled.notify_waiters();
