@@ -15,14 +15,16 @@ use crate::store::{PlanCandidate, Store};
 
 mod pace;
 mod summary;
+mod watch;
 use chrono::{DateTime, Utc};
 use pace::CanaryPhase;
 pub use pace::{depth_target, Canary, DepthGate, Pacing, RunEvent, DEFAULT_CANARY_WAIT};
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 pub use summary::{RunSummary, StopReason, Unavailable};
+use watch::Watch;
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct PlanItem {
@@ -370,7 +372,7 @@ pub async fn run_plan(
         shared: &shared,
         settled: tokio::sync::Notify::new(),
         stop: AtomicBool::new(false),
-        watch: tokio::sync::Mutex::new((NewDeadLetters::new(started), HashSet::new())),
+        watch: tokio::sync::Mutex::new(Watch::new(started)),
     };
     let turns = Arc::new(tokio::sync::Mutex::new(()));
     let worker = || async {
@@ -402,7 +404,8 @@ struct Run<'a, F> {
     /// Woken whenever a batch settles (room may have opened).
     settled: tokio::sync::Notify,
     stop: AtomicBool,
-    watch: tokio::sync::Mutex<(NewDeadLetters, HashSet<String>)>,
+    /// The come-back watch, shared by the workers and the waits.
+    watch: tokio::sync::Mutex<Watch>,
 }
 
 impl<F: FnMut(RunEvent<'_>)> Run<'_, F> {
@@ -571,62 +574,18 @@ impl<F: FnMut(RunEvent<'_>)> Run<'_, F> {
         }
     }
 
-    /// Stops the run when an event it replayed came back as a new dead letter.
+    /// Stops the run when an event it sent (replayed, or uncertain: it may have gone
+    /// out) came back as a new dead letter. Rows stay as they are.
     async fn came_back(&self, reports: &[ItemReport]) -> Result<()> {
-        let replayed = reports
-            .iter()
-            .filter(|r| r.outcome == Outcome::Replayed)
-            .filter_map(|r| r.event_id.clone());
-        let mut w = self.watch.lock().await;
-        let (tracker, events) = &mut *w;
-        events.extend(replayed);
-        if let Some((id, event)) = tracker.came_back(self.store, events).await? {
-            let mut sh = self.lock();
-            if sh.summary.stopped.is_none() {
-                sh.summary.stopped = Some(StopReason::CameBack);
-                sh.summary.stop_detail = Some(format!(
-                    "replayed event {event} came back as new dead letter {id}: the cause is not fixed; stopping"
-                ));
-            }
+        let mut watch = self.watch.lock().await;
+        watch.add(reports);
+        if let Some(back) = watch.came_back(self.store).await? {
+            let detail = back.detail(&*self.opts.replay.spell);
+            self.lock().summary.stop(StopReason::CameBack, detail);
             self.stop.store(true, Ordering::SeqCst);
             // A worker waiting for room must see the stop, not wait for a settle.
             self.settled.notify_waiters();
         }
         Ok(())
-    }
-}
-
-/// Follows the dead letters written since the run started, a page at a time in
-/// (dead_lettered_at, id) order, so each check reads only what is new.
-struct NewDeadLetters {
-    after: (DateTime<Utc>, String),
-}
-
-impl NewDeadLetters {
-    fn new(started: DateTime<Utc>) -> Self {
-        NewDeadLetters {
-            after: (started, String::new()),
-        }
-    }
-
-    /// The first new dead letter whose event this run replayed: (id, event_id).
-    async fn came_back(
-        &mut self,
-        store: &dyn Store,
-        replayed: &HashSet<String>,
-    ) -> Result<Option<(String, String)>> {
-        loop {
-            let page = store.dead_lettered_since(&self.after, 1000).await?;
-            let full = page.len() == 1000;
-            for (id, event, at) in page {
-                self.after = (at, id.clone());
-                if replayed.contains(&event) {
-                    return Ok(Some((id, event)));
-                }
-            }
-            if !full {
-                return Ok(None);
-            }
-        }
     }
 }

@@ -114,6 +114,74 @@ fn a_canary_whose_events_come_back_stops_the_run_after_exactly_its_items() {
     );
 }
 
+/// Once broke: only `replayed` items were watched; a canary item left `uncertain` (its
+/// confirm lost) came back unseen, the canary passed and the run went on.
+#[test]
+fn an_uncertain_canary_item_that_comes_back_stops_the_run() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let mut rabbit = Rabbit::new();
+    let q = rabbit.queue("dlq_canary_unsure");
+    let db = TestDb::migrated(Backend::Postgres);
+    seed(&db, &q, 10, "u");
+    let plan = db.plan_file(&[]);
+    // The link drops as the broker's first confirm passes: the canary's message is in the
+    // queue, its outcome unknown to the run. Later connections go through.
+    let confirm_cut = std::sync::Arc::new(AtomicBool::new(false));
+    let amqp = Proxy::start(
+        "127.0.0.1:5672",
+        OnServerBytes::CutOnce(BASIC_ACK.to_vec(), confirm_cut.clone()),
+    );
+    let url = format!("amqp://guest:guest@{}/%2f", amqp.addr());
+    let extra = [
+        "--canary",
+        "1",
+        "--canary-wait",
+        "60s",
+        "--confirm-timeout",
+        "5s",
+    ];
+    let mut child = db.spawn_plan(&plan, &extra, &[("DLQ_AMQP_URL", &url)]);
+    // A failing worker: what it takes is dead-lettered again (same event id).
+    let mut seen = Vec::new();
+    let exited = until(Duration::from_secs(30), || {
+        if confirm_cut.load(Ordering::SeqCst) {
+            amqp.cut.store(false, Ordering::SeqCst);
+        }
+        while let Some(id) = take_one(&rabbit, &q) {
+            let mut again = letter(&format!("{id}-again"), &q, b"{}");
+            again["event_id"] = format!("evt-{id}").into();
+            db.add(again);
+            seen.push(id);
+        }
+        child.try_wait().unwrap().is_some()
+    });
+    if !exited {
+        child.kill().unwrap();
+    }
+    let r = Run::from(child.wait_with_output().unwrap());
+    assert!(
+        exited,
+        "the run stops long before its 60 s wait: {}",
+        r.all()
+    );
+    assert!(confirm_cut.load(Ordering::SeqCst), "the confirm was cut");
+    let s = summary_of(&r);
+    assert_eq!(s["stopped"], "came_back", "{}", r.all());
+    assert_eq!(s["counts"]["uncertain"], 1, "{s}");
+    assert_eq!(s["not_reached"], 9, "{s}");
+    // Uncertain (6) is worse than the items not reached (3).
+    assert_eq!(s["worst"], "uncertain", "{s}");
+    assert_eq!(r.code, 6, "{}", r.all());
+    let detail = s["stop_detail"].as_str().unwrap();
+    assert!(detail.contains("whose replay was uncertain"), "{detail}");
+    assert!(detail.contains("dlq resolve u0000 --delivered"), "{detail}");
+    seen.extend(std::iter::from_fn(|| take_one(&rabbit, &q)));
+    assert_eq!(seen, ["u0000"], "only the canary was published");
+    // It came back, so it was delivered; but the run does not decide that.
+    assert_eq!(db.show("u0000")["state"], "uncertain");
+    assert_eq!(pending(&db), 9 + 1, "the rest, and the new dead letter");
+}
+
 #[test]
 fn a_healthy_canary_waits_then_the_run_completes() {
     for b in BACKENDS {
