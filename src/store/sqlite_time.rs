@@ -14,15 +14,20 @@
 //!   (epoch seconds from `time.time()`, with their fraction);
 //! - TEXT starting `YYYY-MM-DD`: SQLite's date syntax (`T` or space, optional seconds,
 //!   `Z` or `±HH:MM`), with up to nine fractional digits kept to the microsecond (SQLite's
-//!   own date functions keep milliseconds, so the fraction is read here);
+//!   own date functions keep milliseconds, so the fraction is read here). A `±HHMM` at
+//!   the very end after a time (`+0000` as Python's `strftime('%z')` writes it) is read
+//!   as `±HH:MM` ([`colon_offset!`]): the same instant, the same ranges, a space before
+//!   it allowed as SQLite allows one there. Any other offset (`+00000`, `+000`, one
+//!   after a date alone or followed by a space) is left to SQLite, which refuses it;
 //! - anything else (other text, a BLOB) cannot be read: [`UNREADABLE`] says what is
 //!   stored, and the value counts as absent in comparisons, while `IS NULL` tests use
 //!   the column itself: an unreadable `replayed_at` still means replayed, and a lease
 //!   end that is set but cannot be read holds the row (another tool's live lease, e.g.
-//!   `+0000` as `strftime('%z')` writes it: see [`super::lease_live`]).
+//!   Go's `2099-01-01 00:00:00 +0000 UTC`: see [`super::lease_live`]).
 //!
-//! The indexes on `dead_lettered_at` are on this expression (migration 20261202000300),
-//! so ordering and `--since` stay index-backed; the expression there must stay the same.
+//! The indexes on `dead_lettered_at` are on this expression (remade by each migration
+//! that changed it, last 20261204000100), so ordering and `--since` stay index-backed:
+//! a change of the expression needs a migration that makes them again on its new text.
 
 use chrono::{DateTime, Utc};
 
@@ -31,6 +36,28 @@ use chrono::{DateTime, Utc};
 macro_rules! frac {
     ($c:literal) => {
         concat!("substr(CAST('1' || substr(", $c, ", 21, 9) AS INTEGER), 2)")
+    };
+}
+
+/// Text `$c` with a `±HHMM` offset at its end, after a time, rewritten `±HH:MM` (a `:`
+/// before the last two digits): SQLite's date functions then read it, or refuse it, as
+/// they do `±HH:MM`. Any other text stays as it is.
+macro_rules! colon_offset {
+    ($c:literal) => {
+        concat!(
+            "(CASE WHEN ",
+            $c,
+            " GLOB '[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9][T ][0-9][0-9]:[0-9]*[+-][0-9][0-9][0-9][0-9]' ",
+            "THEN substr(",
+            $c,
+            ", 1, length(",
+            $c,
+            ") - 2) || ':' || substr(",
+            $c,
+            ", -2) ELSE ",
+            $c,
+            " END)"
+        )
     };
 }
 
@@ -93,7 +120,7 @@ macro_rules! us {
             "THEN unixepoch(substr(",
             $c,
             ", 1, 19) || substr(",
-            $c,
+            $crate::store::sqlite_time::colon_offset!($c),
             ", 21 + length(",
             $crate::store::sqlite_time::frac!($c),
             "))) * 1000000 ",
@@ -101,13 +128,13 @@ macro_rules! us {
             $crate::store::sqlite_time::frac!($c),
             " || '000000', 1, 6) AS INTEGER) ",
             "ELSE unixepoch(",
-            $c,
+            $crate::store::sqlite_time::colon_offset!($c),
             ") * 1000000 END END ",
             "END)"
         )
     };
 }
-pub(crate) use {frac, us};
+pub(crate) use {colon_offset, frac, us};
 
 /// [`us!`] for a SELECT list: a NULL is NULL at once, without the expression's type
 /// tests (most time columns of most rows are NULL). Not for indexes or comparisons:
@@ -227,6 +254,94 @@ mod tests {
                     && !text.iter().any(|d| d.contains("TEMP B-TREE FOR ORDER BY")),
                 "{filter}: {text:?}"
             );
+        }
+        // Each index on the time is on the expression as the reads spell it.
+        let made: Vec<(String, String)> = sqlx::query_as(
+            "SELECT name, sql FROM sqlite_master WHERE type = 'index' \
+             AND sql LIKE '%dead_lettered_at%' ORDER BY name",
+        )
+        .fetch_all(store.pool())
+        .await
+        .unwrap();
+        assert_eq!(made.len(), 6, "{made:?}");
+        for (name, sql) in made {
+            assert!(sql.contains(DEAD_LETTERED_AT), "{name}: {sql}");
+        }
+    }
+
+    /// What [`us!`] makes of one TEXT value, bound as TEXT like a worker's.
+    async fn text_us(pool: &sqlx::SqlitePool, v: &str) -> Option<i64> {
+        let sql = format!("SELECT {} FROM (SELECT ?1 AS c)", us!("c"));
+        sqlx::query_scalar(&sql)
+            .bind(v)
+            .fetch_one(pool)
+            .await
+            .unwrap()
+    }
+
+    /// A `±HHMM` offset after a time (Python's `%z`) is the same instant as `±HH:MM`.
+    #[tokio::test]
+    async fn a_four_digit_offset_after_a_time_is_read_as_hh_mm() {
+        let pool = sqlx::SqlitePool::connect("sqlite::memory:").await.unwrap();
+        for (hhmm, colon, want) in [
+            (
+                "2026-12-04 08:00:00+0000",
+                "2026-12-04 08:00:00+00:00",
+                "2026-12-04T08:00:00Z",
+            ),
+            (
+                "2026-12-04T08:00:00.123456+0100",
+                "2026-12-04T08:00:00.123456+01:00",
+                "2026-12-04T07:00:00.123456Z",
+            ),
+            (
+                "2026-12-04T08:00:00.5-0530",
+                "2026-12-04T08:00:00.5-05:30",
+                "2026-12-04T13:30:00.5Z",
+            ),
+            (
+                "2026-12-04 08:00+1400",
+                "2026-12-04 08:00+14:00",
+                "2026-12-03T18:00:00Z",
+            ),
+            (
+                "2026-12-04 08:00:00 -0500",
+                "2026-12-04 08:00:00 -05:00",
+                "2026-12-04T13:00:00Z",
+            ),
+        ] {
+            let t = DateTime::parse_from_rfc3339(want).unwrap();
+            let want = Some(to_us(t.with_timezone(&Utc)));
+            assert_eq!(text_us(&pool, colon).await, want, "{colon}");
+            assert_eq!(text_us(&pool, hhmm).await, want, "{hhmm}");
+        }
+    }
+
+    /// Only four digits right at the end, after a time, in SQLite's ranges (hours to 14,
+    /// minutes to 59, as for `±HH:MM`): anything else stays unreadable.
+    #[tokio::test]
+    async fn other_offsets_stay_unreadable() {
+        let pool = sqlx::SqlitePool::connect("sqlite::memory:").await.unwrap();
+        for v in [
+            "2026-12-04 08:00:00+00000",
+            "2026-12-04 08:00:00+000",
+            "2026-12-04 08:00:00+00",
+            "2026-12-04 08:00:00+0000 ",
+            "2026-12-04 08:00:00+0000Z",
+            "2026-12-04 08:00:00Z+0000",
+            "2026-12-04 08:00:00+01:00+0100",
+            "2026-12-04 08:00:00 -0500 EST",
+            "2026-12-04 08:00:00+1500",
+            "2026-12-04 08:00:00+0160",
+            "2026-12-04 08:00:00+ab00",
+            "2026-12-04-0500",
+            "2026-12-04 -0500",
+            "2026-12-04T-0500",
+            "2026-12-04+0100",
+            "2026-12-04 0800+0100",
+            "x2026-12-04 08:00:00+0000",
+        ] {
+            assert_eq!(text_us(&pool, v).await, None, "{v:?}");
         }
     }
 

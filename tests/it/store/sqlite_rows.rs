@@ -10,6 +10,7 @@ use serde_json::Value;
 use std::collections::HashMap;
 
 mod ids;
+mod offsets;
 
 /// Writes the Python workers' rows (tests/common/python_workers.py) into `db`.
 fn python_workers(db: &TestDb, queue: &str) {

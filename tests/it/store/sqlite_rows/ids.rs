@@ -73,8 +73,8 @@ fn text_and_blob_rows_with_one_id_both_marked_after_one_publish() {
     );
 }
 
-/// A lease another tool stored in a form dlq cannot read (`+0000` offset, ISO text bound
-/// as bytes) holds its row: dlq publishes neither row.
+/// A lease another tool stored in a form dlq cannot read (Go's `time.Time` text with a
+/// zone name, ISO text bound as bytes) holds its row: dlq publishes neither row.
 // Once broke: an unreadable lease counted as lapsed, so dlq published under another tool's lease.
 #[test]
 fn an_unreadable_live_lease_of_another_tool_is_taken_over() {
@@ -85,7 +85,7 @@ fn an_unreadable_live_lease_of_another_tool_is_taken_over() {
     db.add(letter("held-blob", &q, b"b"));
     db.sql(&[
         "UPDATE dead_letters SET replay_claim_owner = 'replayer:1', \
-         replay_claim_expires_at = '2099-01-01 00:00:00.000001+0000' WHERE id = 'held-text'",
+         replay_claim_expires_at = '2099-01-01 00:00:00.000001 +0000 UTC' WHERE id = 'held-text'",
         "UPDATE dead_letters SET replay_claim_owner = 'replayer:1', \
          replay_claim_expires_at = CAST('2099-01-01 00:00:00.000001+00:00' AS BLOB) \
          WHERE id = 'held-blob'",
