@@ -10,7 +10,7 @@
 
 use super::codec::DEAD_LETTER_ID_HEADER;
 use super::publish::{Judged, Nowhere, PublishResult, Publisher, Sent, Target};
-use super::reply::is_not_found;
+use super::reply::missing_exchange;
 use crate::secret::scrub;
 use crate::spell::{words, Flag};
 use crate::topology::BrokerTopology;
@@ -28,8 +28,8 @@ enum Waited {
     Confirmation(Box<Confirmation>),
     /// No answer by the deadline, or interrupted: the future is kept to look at once more.
     Open(std::pin::Pin<Box<PublisherConfirm>>, Unanswered),
-    /// The channel or connection closed; `Some` when the broker said the exchange is missing.
-    Lost(String, Option<Nowhere>),
+    /// The channel or connection closed; `Some`: the exchange the broker's 404 names.
+    Lost(String, Option<String>),
     /// The publish the broker's 404 was about ([`refused_by_404`]): never routed.
     Refused(String),
 }
@@ -43,8 +43,7 @@ enum Unanswered {
 
 /// The error of a lost confirm, and whether it was the broker's 404 (no such exchange).
 fn lost(e: &lapin::Error) -> Waited {
-    let nowhere = is_not_found(e).then_some(Nowhere::NoExchange);
-    Waited::Lost(scrub(&e.to_string()), nowhere)
+    Waited::Lost(scrub(&e.to_string()), missing_exchange(e))
 }
 
 /// The returns the confirms carry, by the publish each names, with why it came back; a
@@ -81,16 +80,18 @@ fn nowhere_of(w: &Waited, back: Option<&(String, u16)>, target: &Target) -> Opti
         (Waited::Known(_), _) => None,
         (Waited::Refused(_), _) => Some(Nowhere::NoExchange),
         (_, Some((_, 312))) => Some(Nowhere::NoRoute),
-        (Waited::Lost(text, n), None) => n.filter(|_| names_exchange(text, target)),
+        (Waited::Lost(_, missing), None) => {
+            names_exchange(missing.as_deref(), target).then_some(Nowhere::NoExchange)
+        }
         _ => None,
     }
 }
 
-/// Whether a 404's text (`no exchange 'X' in vhost ...`) is about this publish's exchange:
-/// the 404 closes the channel for every confirm still open, also those of publishes to
-/// other exchanges (the default one always exists).
-fn names_exchange(text: &str, target: &Target) -> bool {
-    !target.exchange.is_empty() && text.contains(&format!("no exchange '{}'", target.exchange))
+/// Whether the exchange a 404 named is this publish's: the 404 closes the channel for
+/// every confirm still open, also those of publishes to other exchanges (the default one
+/// always exists).
+fn names_exchange(missing: Option<&str>, target: &Target) -> bool {
+    !target.exchange.is_empty() && missing == Some(target.exchange.as_str())
 }
 
 /// The publish a 404 closing the channel was certainly about, made [`Waited::Refused`].
@@ -101,17 +102,21 @@ fn names_exchange(text: &str, target: &Target) -> bool {
 /// Two or more unanswered ones stay uncertain: the exchange may have been deleted after
 /// the first was routed.
 fn refused_by_404(waited: &mut [(String, Target, Waited)]) {
-    let sole = waited.iter().position(|(_, target, w)| {
-        let Waited::Lost(text, Some(Nowhere::NoExchange)) = w else {
-            return false;
-        };
-        let unanswered = |(_, t, w): &(String, Target, Waited)| {
-            t.exchange == target.exchange && !matches!(w, Waited::Confirmation(_))
-        };
-        names_exchange(text, target) && waited.iter().filter(|e| unanswered(e)).count() == 1
+    let named = waited.iter().find_map(|(_, _, w)| match w {
+        Waited::Lost(_, Some(x)) => Some(x.clone()),
+        _ => None,
     });
-    if let Some(i) = sole {
-        if let Waited::Lost(text, _) = &mut waited[i].2 {
+    let Some(named) = named else {
+        return;
+    };
+    let candidates: Vec<usize> = (0..waited.len())
+        .filter(|&i| {
+            let (_, target, w) = &waited[i];
+            names_exchange(Some(&named), target) && !matches!(w, Waited::Confirmation(_))
+        })
+        .collect();
+    if let [i] = candidates[..] {
+        if let Waited::Lost(text, Some(_)) = &mut waited[i].2 {
             waited[i].2 = Waited::Refused(std::mem::take(text));
         }
     }

@@ -178,6 +178,50 @@ fn two_unanswered_publishes_to_a_missing_exchange_stay_uncertain() {
     assert!(!items.iter().any(refused), "{}", r.all());
 }
 
+/// Once broke (review): the 404 of exchange `X'v2` was read as naming exchange `X` (a
+/// text test: "no exchange 'X" is in "no exchange 'X'v2'"), and the publish to `X`,
+/// which existed and routed it, was released: replayed again, its event went out twice.
+#[test]
+fn a_404_is_judged_by_the_exchange_it_names_exactly() {
+    let mut rabbit = Rabbit::new();
+    let q = rabbit.queue("dlq_404_exact");
+    let ex = rabbit.exchange("dlq_404_exact");
+    rabbit.bind(&q, &ex, "k");
+    let db = TestDb::migrated(Backend::Sqlite);
+    for (id, exchange) in [("ex-1", ex.clone()), ("ex-2", format!("{ex}'v2"))] {
+        let mut l = letter(id, &q, b"{}");
+        l["exchange"] = serde_json::json!(exchange);
+        l["routing_key"] = serde_json::json!("k");
+        db.add(l);
+    }
+    let plan = db.plan_file(&["--allow-mixed"]);
+    let path = plan.path().to_str().unwrap();
+    let r = db.dlq(&[
+        "replay",
+        "--plan",
+        path,
+        "--yes",
+        "--workers",
+        "1",
+        "-o",
+        "json",
+    ]);
+    let outcome = |id: &str| {
+        r.lines()
+            .into_iter()
+            .find(|l| l["id"] == id)
+            .map(|l| l["outcome"].as_str().unwrap_or_default().to_string())
+            .unwrap_or_else(|| panic!("no line for {id}: {}", r.all()))
+    };
+    assert_eq!(rabbit.count(&q), 1, "routed once: {}", r.all());
+    assert_ne!(outcome("ex-1"), "publish_failed", "{}", r.all());
+    assert_ne!(
+        db.dlq(&["show", "ex-1", "-o", "json"]).json()["state"],
+        "pending"
+    );
+    assert_eq!(outcome("ex-2"), "publish_failed", "{}", r.all());
+}
+
 /// Once broke: a 404 on one publish closes the channel for every confirm still open, and
 /// each of those items was told its own exchange "does not exist" (the default exchange
 /// too), although one of them was in the queue: a false lead to `resolve --not-delivered`.
