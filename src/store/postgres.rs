@@ -35,7 +35,9 @@ const V1_TOKEN: &str = "right(replay_claim_owner, 40) LIKE ':v1-%'";
 /// it to its commit, so two imports (an original, its revision) can no longer both pass a
 /// check blind to the other's uncommitted rows and both commit. The check relies on READ
 /// COMMITTED: it is a new statement, so its snapshot, taken once the lock is granted, sees
-/// the rows of the import that held it. Taken after the inserts, so it is never held while
+/// the rows of the import that held it; the import's transaction says READ COMMITTED
+/// itself ([`Dialect::BEGIN_WRITE`]): under a REPEATABLE READ default the check read the
+/// snapshot of the first insert, and both imports committed. Taken after the inserts, so it is never held while
 /// waiting on another import's row (no deadlock) and only for the check and the commit.
 const IMPORT_CHECK_LOCK: i64 = 0x646c_715f_696d_7074;
 
@@ -182,7 +184,7 @@ impl Dialect for Postgres {
     // timestamptz holds only times.
     const UNREADABLE: &'static str = "NULL::text";
     const ID_STORAGE: &'static str = "CAST(0 AS BIGINT)";
-    const BEGIN_WRITE: &'static str = "BEGIN";
+    const BEGIN_WRITE: &'static str = "BEGIN ISOLATION LEVEL READ COMMITTED";
     // The column's collation, or the database's default: C, POSIX and libc's C.UTF-8
     // sort by code point (ICU never does). `datlocprovider` is PostgreSQL 15's.
     const CODE_POINT_IDS: Option<&'static str> = Some(
@@ -408,7 +410,11 @@ impl Store for PgStore {
     }
 
     async fn import(&self, rows: Vec<NewDeadLetter>, existing: OnExisting) -> Result<ImportReport> {
-        let mut tx = self.pool.begin().await.map_err(db_error)?;
+        let mut tx = self
+            .pool
+            .begin_with(<Postgres as Dialect>::BEGIN_WRITE)
+            .await
+            .map_err(db_error)?;
         let mut report = ImportReport::default();
         let mut imported = Vec::new();
         for mut r in rows {

@@ -4,6 +4,7 @@
 //! and a second path.
 
 use crate::error::Result;
+use crate::store::read::Dialect;
 use crate::store::{db_error, is_postgres_row_error, CaptureOutcome, CapturedLetter};
 use sqlx::postgres::PgPool;
 
@@ -100,13 +101,19 @@ const CAPTURE_LOCK: i64 = 0x646c_715f_6361_7074;
 /// A capture transaction. Every one first takes the capture lock shared; one with a
 /// redelivered row takes it exclusive instead, which waits until every other capture
 /// transaction has ended: a capture whose broker connection died while its commit was in
-/// flight has then committed (or not) before this one looks for the key. Advisory locks
+/// flight has then committed (or not) before this one looks for the key, in a snapshot
+/// taken after the lock (READ COMMITTED, said by [`Dialect::BEGIN_WRITE`] whatever the
+/// database's default: under REPEATABLE READ the look used the snapshot of the lock's own
+/// statement, and a redelivered message got a second row). Advisory locks
 /// need no right on the table beyond the INSERT and SELECT that capture uses anyway.
 async fn begin_capture<'c>(
     pool: &'c PgPool,
     rows: &[CapturedLetter],
 ) -> Result<sqlx::Transaction<'c, sqlx::Postgres>> {
-    let mut tx = pool.begin().await.map_err(db_error)?;
+    let mut tx = pool
+        .begin_with(<sqlx::Postgres as Dialect>::BEGIN_WRITE)
+        .await
+        .map_err(db_error)?;
     let lock = if rows.iter().any(|r| r.redelivered) {
         "SELECT pg_advisory_xact_lock($1)"
     } else {

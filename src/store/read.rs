@@ -137,7 +137,9 @@ pub trait Dialect: Database {
     /// The code of [`crate::model::IdStorage`] of the row's id, as a BIGINT.
     const ID_STORAGE: &'static str;
     /// Begins a transaction that writes (SQLite: takes the write lock at once, so two
-    /// writers never deadlock on a lock upgrade).
+    /// writers never deadlock on a lock upgrade; PostgreSQL: READ COMMITTED whatever the
+    /// role's or database's default, since the checks made after an advisory lock must
+    /// see what the lock's previous holder committed: a snapshot per statement).
     const BEGIN_WRITE: &'static str;
     /// A statement whose BIGINT `n` is 1 when `id` sorts in code point order (a C-like
     /// collation), so that the IDs starting with a prefix are one range of its index;

@@ -143,6 +143,15 @@ impl TestDb {
         })
     }
 
+    /// Sets the database's default isolation for new sessions (PostgreSQL), as an
+    /// administrator may: dlq's checks after an advisory lock must not depend on it.
+    pub fn default_isolation(&self, level: &str) {
+        self.sql(&[&format!(
+            "DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET default_transaction_isolation = %L', \
+             current_database(), '{level}'); END $$"
+        )]);
+    }
+
     /// One integer from a query.
     pub fn scalar(&self, q: &str) -> i64 {
         with_pool!(self, pool, {

@@ -366,3 +366,47 @@ fn a_second_interrupt_stops_at_once_when_the_database_link_goes_silent() {
     assert_eq!(r.json()["already_there"], committed, "{}", r.stdout);
     assert_exactly_once(&db, n as i64);
 }
+
+/// Once broke (review): under a database default of REPEATABLE READ, a rerun's batch of
+/// redelivered messages waited for the killed run's held COMMIT (the capture lock), then
+/// looked for their keys in the snapshot of its lock statement, taken before that commit:
+/// every message got a second row.
+#[test]
+fn a_rerun_waiting_for_a_killed_runs_commit_sees_it_whatever_the_default_isolation() {
+    let db = TestDb::migrated(Backend::Postgres);
+    db.default_isolation("repeatable read");
+    let dlx = Dlx::new(&[], &[]);
+    let n = 50;
+    fill(&dlx, n);
+    let commit = b"Q\0\0\0\x0bCOMMIT\0".to_vec();
+    let proxy = Proxy::start(
+        "127.0.0.1:5432",
+        OnServerBytes::HoldClientBytes(commit, Duration::from_secs(6)),
+    );
+    let url = format!(
+        "{}?sslmode=disable",
+        db.url.replace("127.0.0.1:5432", &proxy.addr())
+    );
+    let mut first = db
+        .cmd()
+        .env("DLQ_DATABASE_URL", &url)
+        .args(["capture", "--queue", &dlx.dlq, "--batch", "100"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The batch is inserted and its COMMIT held on its way; the run is killed then (the
+    // proxy still hands the COMMIT over when the hold ends).
+    let held = "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+                AND state = 'idle in transaction' AND query LIKE 'INSERT INTO dead_letters%'";
+    wait_until("the first run's COMMIT held", 60, || db.scalar(held) > 0);
+    first.kill().unwrap();
+    first.wait().unwrap();
+    let rerun = db.dlq_env(
+        &["capture", "--queue", &dlx.dlq],
+        &[("DLQ_LOCK_TIMEOUT", "60s")],
+    );
+    assert_eq!(rerun.code, 0, "{}", rerun.all());
+    assert_exactly_once(&db, n as i64);
+    assert_eq!(rerun.json()["already_there"], n as i64, "{}", rerun.all());
+}
