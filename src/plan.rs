@@ -555,7 +555,7 @@ impl<F: FnMut(RunEvent<'_>)> Run<'_, F> {
                 Outcome::Replayed => sh.replayed += 1,
                 _ => {}
             }
-            sh.sent += usize::from(pace::sent(r.outcome));
+            sh.sent += usize::from(pace::sent_by_run(r));
             let Shared {
                 on_event, summary, ..
             } = &mut *sh;

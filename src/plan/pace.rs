@@ -8,7 +8,7 @@ use super::{Run, RunSummary, Unavailable};
 use crate::error::{DlqError, Result};
 use crate::model::Outcome;
 use crate::publisher::{unless_stopped, Broker, NoConnection, Pacer};
-use crate::replay::{resolve_target, ItemReport, ReplayOptions};
+use crate::replay::{resolve_target, ItemReport, Reason, ReplayOptions};
 use crate::spell::{words, Flag, Words};
 use crate::store::Store;
 use std::collections::BTreeSet;
@@ -117,9 +117,24 @@ impl CanaryPhase {
     }
 }
 
-/// Whether an outcome means the item went out (or may have): what a canary counts.
+/// Whether an outcome means the item went out (or may have): what the come-back watch
+/// watches, whoever published it.
 pub(super) fn sent(o: Outcome) -> bool {
     matches!(o, Outcome::Replayed | Outcome::Uncertain)
+}
+
+/// Whether this run's own publish of the item went out or may have: what a canary
+/// counts. A row found `uncertain` already (an earlier run's attempt), attempted first by
+/// another run, or whose certain failure could not be written back, was not published by
+/// this run: a rerun's canary is again N items it published.
+pub(super) fn sent_by_run(r: &ItemReport) -> bool {
+    sent(r.outcome)
+        && !matches!(
+            r.reason,
+            Reason::Unavailable { .. }
+                | Reason::AttemptedFirst(_)
+                | Reason::ReleaseNotWritten { .. }
+        )
 }
 
 /// The one queue the plan's items go to, for `--max-target-depth`. Refused (usage) when

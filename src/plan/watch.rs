@@ -91,13 +91,15 @@ impl Watch {
 }
 
 impl CameBack {
-    /// Why the run stops, spelled by `s`. An uncertain item that came back did reach the
-    /// consumer; its row stays uncertain all the same: the operator resolves it.
+    /// Why the run stops, spelled by `s`. An uncertain item whose event came back may be
+    /// what reached the consumer (or another copy of the event was): the new dead
+    /// letter's `x-dead-letter-id` header tells. Its row stays uncertain; the operator
+    /// resolves it.
     pub(super) fn detail(&self, s: &dyn Spell) -> String {
         let CameBack { id, event, sent } = self;
         match sent.outcome {
             Outcome::Uncertain => format!(
-                "event {event} (dead letter {row}, whose replay was uncertain) came back as new dead letter {id}: it did reach the consumer, which failed it again; the cause is not fixed; stopping; {row} stays uncertain: {next}",
+                "event {event} (dead letter {row}, whose replay was uncertain) came back as new dead letter {id}: the consumer still fails the event; the cause is not fixed; stopping; {row} stays uncertain: if {id}'s x-dead-letter-id header is {row}, that replay did reach the consumer: {next}",
                 row = sent.id,
                 next = s.next(&NextStep::ResolveDelivered { id: sent.id.clone() }),
             ),
@@ -155,9 +157,11 @@ mod tests {
             },
         };
         let d = back(Outcome::Uncertain).detail(&InWords);
-        assert!(d.starts_with("event e1 (dead letter a, whose replay was uncertain) came back as new dead letter n1: it did reach the consumer"), "{d}");
+        assert!(d.starts_with("event e1 (dead letter a, whose replay was uncertain) came back as new dead letter n1: the consumer still fails the event"), "{d}");
         assert!(
-            d.ends_with("a stays uncertain: resolve it delivered"),
+            d.ends_with(
+                "a stays uncertain: if n1's x-dead-letter-id header is a, that replay did reach the consumer: resolve it delivered"
+            ),
             "{d}"
         );
         let d = back(Outcome::Replayed).detail(&InWords);

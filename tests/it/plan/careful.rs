@@ -182,6 +182,56 @@ fn an_uncertain_canary_item_that_comes_back_stops_the_run() {
     assert_eq!(pending(&db), 9 + 1, "the rest, and the new dead letter");
 }
 
+/// Once broke (review): a rerun counted the rows it found `uncertain` (an earlier run's
+/// attempts, not published by this one) as its canary, waited with nothing out, then went
+/// on: its canary was no items it had published.
+#[test]
+fn a_reruns_canary_counts_only_what_it_published() {
+    let mut rabbit = Rabbit::new();
+    let q = rabbit.queue("dlq_canary_rerun");
+    let db = TestDb::migrated(Backend::Postgres);
+    seed(&db, &q, 8, "k");
+    let plan = db.plan_file(&[]);
+    let items: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(plan.path()).unwrap()).unwrap();
+    let first: Vec<String> = items["items"].as_array().unwrap()[..2]
+        .iter()
+        .map(|i| i["id"].as_str().unwrap().to_string())
+        .collect();
+    // The plan's first two were attempted by a run that crashed: uncertain.
+    db.sql(&[&format!(
+        "UPDATE dead_letters SET replay_attempt_at = now() WHERE id IN ('{}', '{}')",
+        first[0], first[1]
+    )]);
+    let mut child = spawn(&db, &plan, &["--canary", "2", "--canary-wait", "60s"]);
+    let mut seen = Vec::new();
+    let exited = until(Duration::from_secs(30), || {
+        while let Some(id) = take_one(&rabbit, &q) {
+            let mut again = letter(&format!("{id}-again"), &q, b"{}");
+            again["event_id"] = format!("evt-{id}").into();
+            db.add(again);
+            seen.push(id);
+        }
+        child.try_wait().unwrap().is_some()
+    });
+    if !exited {
+        let _ = child.kill();
+    }
+    assert!(
+        exited,
+        "the canary's own two items came back long before its 60 s wait"
+    );
+    let r = Run::from(child.wait_with_output().unwrap());
+    let s = summary_of(&r);
+    assert_eq!(s["stopped"], "came_back", "{}", r.all());
+    assert_eq!(s["counts"]["replayed"], 2, "{s}");
+    assert_eq!(s["counts"]["uncertain"], 2, "{s}");
+    assert_eq!(r.code, 6, "{}", r.all());
+    seen.extend(std::iter::from_fn(|| take_one(&rabbit, &q)));
+    assert_eq!(seen.len(), 2, "exactly the canary was published: {seen:?}");
+    assert!(!seen.iter().any(|id| first.contains(id)), "{seen:?}");
+}
+
 #[test]
 fn a_healthy_canary_waits_then_the_run_completes() {
     for b in BACKENDS {
