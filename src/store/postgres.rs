@@ -5,6 +5,7 @@ use super::read::{
     claimed_row, import_history, push_where, Backend, Bind, Bucket, Dialect, Doc, Fold, NotUtf8,
     Rollup, Sql, TimeCol,
 };
+use super::revise::Imported;
 use super::{
     check_prune_filter, db_error, migration_error, newly_applied, CaptureOutcome, CapturedLetter,
     Claimed, ImportReport, NewDeadLetter, OnExisting, Store, StoreOptions,
@@ -465,7 +466,7 @@ impl Store for PgStore {
                 .await
                 .map_err(db_error)?;
         }
-        if let Some(pair) = super::revise::live_pair::<Postgres>(&mut tx, &imported)
+        if let Some(pair) = super::revise::live_pair::<Postgres>(&mut tx, Imported::Ids(&imported))
             .await
             .map_err(db_error)?
         {

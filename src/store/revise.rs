@@ -6,6 +6,9 @@
 //! claim or another edit of the same row racing it finds the row no longer pending (or
 //! waits on its lock and then does), so exactly one of them wins: an original and its
 //! revision can never both be published.
+//!
+//! An import's check for two live copies of one event ([`live_pair`]) is here too: the
+//! edit keeps one copy live, the import must not bring a second.
 
 use super::read::{push_binds, state_of, Backend, Bind, Decoded, Dialect, NotUtf8};
 use super::NewDeadLetter;
@@ -152,30 +155,70 @@ async fn insert_history<D: Dialect>(
     Ok(())
 }
 
-/// After an import of `ids`, in its transaction: two copies of one event, a revision and
-/// its original or two revisions of one original, of which one was imported and neither
-/// is set aside (discarded) nor both replayed, so that the event could go out through
-/// both (an export of the original taken before its edit, imported beside the export of
-/// the revision; a revision made elsewhere of an original revised here). The import refuses it ([`live_pair_refused`]).
+/// The rows an import brought, as [`live_pair`] finds them and reads their liveness.
+pub(crate) enum Imported<'a> {
+    /// These IDs, with their times as inserted (PostgreSQL: one transaction).
+    Ids(&'a [String]),
+    /// SQLite's staged import of this token: its rows hold the token as their claim and
+    /// their own times wait in `dlq_import_rows`.
+    Staged(&'a str),
+}
+
+/// Each row of a revision chain with each of its ancestors `anc`: every ID reached by
+/// following `revision_of` (its row here or not) and, for a row some revision names,
+/// itself. Two rows are copies of one event when they share an `anc` (a row no revision
+/// names shares nothing through itself, so it needs no seed). Seeded from the revision
+/// rows (a partial index) and the IDs they name, never every row; UNION, not UNION ALL,
+/// so that a crafted `revision_of` cycle ends.
+const CHAIN: &str = "WITH RECURSIVE chain(id, anc) AS (\
+     SELECT id, revision_of FROM dead_letters WHERE revision_of IS NOT NULL \
+     UNION SELECT revision_of, revision_of FROM dead_letters WHERE revision_of IS NOT NULL \
+     UNION SELECT chain.id, d.revision_of FROM chain JOIN dead_letters d ON d.id = chain.anc \
+     WHERE d.revision_of IS NOT NULL), ";
+
+/// After an import, in its transaction: two copies of one event (rows sharing an
+/// ancestor in [`CHAIN`]: a revision and an original it descends from, or two revisions
+/// of one original however far down), one of them imported now, neither set aside
+/// (discarded) nor both replayed, so that the event could go out through both (an export
+/// of the original taken before its edits beside the export of the revisions; a revision
+/// made elsewhere of an original revised here). The import refuses it
+/// ([`live_pair_refused`]). The first ID is a revision descending from the shared one.
 pub(crate) async fn live_pair<D: Dialect>(
     conn: &mut D::Connection,
-    ids: &[String],
+    imported: Imported<'_>,
 ) -> Decoded<Option<(String, String)>> {
-    if ids.is_empty() {
+    if let Imported::Ids([]) = imported {
         return Ok(None);
     }
-    // `o`: the original of revision `r`, or another revision of the same original.
-    let mut qb = QueryBuilder::new(
-        "SELECT r.id AS rid, o.id AS oid FROM dead_letters r JOIN dead_letters o \
-         ON (o.id = r.revision_of OR (o.revision_of = r.revision_of AND o.id <> r.id)) \
-         WHERE r.revision_of IS NOT NULL AND r.discarded_at IS NULL \
-         AND o.discarded_at IS NULL AND (o.replayed_at IS NULL OR r.replayed_at IS NULL) \
-         AND (r.id IN (SELECT id FROM dead_letters WHERE ",
-    );
-    D::push_ids(&mut qb, ids);
-    qb.push(") OR o.id IN (SELECT id FROM dead_letters WHERE ");
-    D::push_ids(&mut qb, ids);
-    qb.push(")) LIMIT 1");
+    let mut qb = QueryBuilder::new(CHAIN);
+    // `kin`: the live rows of the chains, as the import leaves them. Probed by ID (the
+    // chains' IDs, not every row); `live`: each with its ancestors.
+    qb.push("kin(id, replayed_at, imported) AS (SELECT d.id, ");
+    let discarded = match imported {
+        Imported::Ids(ids) => {
+            qb.push("d.replayed_at, d.id IN (SELECT id FROM dead_letters WHERE ");
+            D::push_ids(&mut qb, ids);
+            qb.push(") FROM dead_letters d");
+            "d.discarded_at"
+        }
+        Imported::Staged(token) => {
+            qb.push("COALESCE(s.replayed_at, d.replayed_at), d.replay_claim_owner = ");
+            D::bind(&mut qb, Bind::Text(token.to_string()));
+            qb.push(" FROM dead_letters d LEFT JOIN dlq_import_rows s ON s.token = ");
+            D::bind(&mut qb, Bind::Text(token.to_string()));
+            qb.push(" AND s.id = d.id");
+            "COALESCE(s.discarded_at, d.discarded_at)"
+        }
+    };
+    qb.push(format!(
+        " WHERE d.id IN (SELECT id FROM chain) AND {discarded} IS NULL), \
+         live(id, anc, replayed_at, imported) AS (SELECT c.id, c.anc, k.replayed_at, \
+         k.imported FROM chain c JOIN kin k ON k.id = c.id) \
+         SELECT a.id AS rid, b.id AS oid FROM live a \
+         JOIN live b ON b.anc = a.anc AND b.id <> a.id \
+         WHERE a.anc <> a.id AND (a.replayed_at IS NULL OR b.replayed_at IS NULL) \
+         AND (a.imported OR b.imported) LIMIT 1"
+    ));
     let rows = D::fetch(conn, qb.build()).try_collect::<Vec<_>>().await?;
     let Some(row) = rows.first() else {
         return Ok(None);
@@ -188,7 +231,7 @@ pub(crate) async fn live_pair<D: Dialect>(
 pub(crate) fn live_pair_refused((rid, oid): (String, String)) -> DlqError {
     DlqError::usage(
         words(format!(
-            "dead letters {rid:?} and {oid:?} are copies of one event (a revision and its original, or two revisions of one original), and neither is set aside: both could be replayed, one event twice (nothing was imported); import the original as "
+            "dead letters {rid:?} and {oid:?} are copies of one event (a revision and an original it descends from, or revisions of one original), and neither is set aside: both could be replayed, one event twice (nothing was imported); import the original as "
         ))
         .cmd(Cmd::Export)
         .text(" writes it after the edit (discarded), or leave one of them out"),

@@ -22,6 +22,7 @@
 //! docs/performance.md). Until a row's batch, it shows `claimed` by `dlq-import`.
 
 use super::*;
+use crate::store::revise::{live_pair, live_pair_refused, Imported};
 use crate::store::sqlite_time::to_us;
 use std::time::Instant;
 
@@ -201,8 +202,11 @@ impl SqliteStore {
     async fn release_import(&self, token: &str, staged: Staged) -> Result<ImportReport> {
         let started = Instant::now();
         let mut tx = self.begin_write().await?;
-        if let Some(pair) = Self::live_pair(&mut tx, token).await.map_err(self.err())? {
-            return Err(crate::store::revise::live_pair_refused(pair));
+        if let Some(pair) = live_pair::<Sqlite>(&mut tx, Imported::Staged(token))
+            .await
+            .map_err(self.err())?
+        {
+            return Err(live_pair_refused(pair));
         }
         let live = sqlx::query(
             "UPDATE dlq_imports SET state = 'released' WHERE token = ?1 AND state = 'live'",
@@ -229,30 +233,6 @@ impl SqliteStore {
             started.elapsed()
         );
         Ok(staged.report)
-    }
-
-    /// A revision and its original, one of them this import's, neither set aside nor both
-    /// replayed (see [`crate::store::revise::live_pair`]), read with the staged rows' own times.
-    async fn live_pair(
-        tx: &mut SqliteConnection,
-        token: &str,
-    ) -> std::result::Result<Option<(String, String)>, sqlx::Error> {
-        sqlx::query_as(
-            "SELECT r.id, o.id FROM dead_letters r JOIN dead_letters o \
-         ON (o.id = r.revision_of OR (o.revision_of = r.revision_of AND o.id <> r.id)) \
-         LEFT JOIN dlq_import_rows rs ON rs.token = ?1 AND rs.id = r.id \
-         LEFT JOIN dlq_import_rows os ON os.token = ?1 AND os.id = o.id \
-         WHERE r.revision_of IS NOT NULL \
-           AND (r.replay_claim_owner = ?1 OR o.replay_claim_owner = ?1) \
-           AND COALESCE(rs.discarded_at, r.discarded_at) IS NULL \
-           AND COALESCE(os.discarded_at, o.discarded_at) IS NULL \
-           AND (COALESCE(os.replayed_at, o.replayed_at) IS NULL \
-                OR COALESCE(rs.replayed_at, r.replayed_at) IS NULL) \
-         LIMIT 1",
-        )
-        .bind(token)
-        .fetch_optional(&mut *tx)
-        .await
     }
 
     /// The next batch of the import's staged IDs (as [`exact_ids_json`]); with none left,

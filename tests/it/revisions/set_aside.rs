@@ -122,6 +122,35 @@ fn export(db: &TestDb, args: &[&str]) -> tempfile::NamedTempFile {
     f
 }
 
+/// Imports `one` then `other` into a fresh store, in both orders: the second import is
+/// refused (exit 2, "copies of one event") and leaves the first's rows alone; one stream
+/// of both is refused as a whole.
+fn refused_in_either_order(b: Backend, one: &str, other: &str) {
+    for order in [[one, other], [other, one]] {
+        let dst = TestDb::migrated(b);
+        let r = dst.dlq(&["import", order[0]]);
+        assert_eq!(r.code, 0, "{b:?} first import: {}", r.all());
+        let first = dst.ids(&["--state", "all"]);
+        let r = dst.dlq(&["import", order[1]]);
+        assert_eq!(r.code, 2, "{b:?} {order:?}: {}", r.all());
+        assert!(r.all().contains("copies of one event"), "{}", r.all());
+        assert_eq!(
+            dst.ids(&["--state", "all"]),
+            first,
+            "{b:?} nothing imported"
+        );
+        // One stream holding both is refused as a whole.
+        let dst = TestDb::migrated(b);
+        let both = [
+            std::fs::read(order[0]).unwrap(),
+            std::fs::read(order[1]).unwrap(),
+        ];
+        let r = dst.dlq_stdin(&["import", "-"], &both.concat());
+        assert_eq!(r.code, 2, "{b:?} one stream: {}", r.all());
+        assert!(dst.ids(&["--state", "all"]).is_empty(), "{b:?}");
+    }
+}
+
 /// Once broke: an export of the original taken before the edit (a backup) and one of its
 /// revision, imported into another store, made both pending: the event went out twice.
 /// In either order, and in one stream, the import that would make an original and its
@@ -140,27 +169,7 @@ fn import_never_makes_an_original_and_its_revision_both_replayable() {
             before.path().to_str().unwrap(),
             revisions.path().to_str().unwrap(),
         );
-        for order in [[before, revisions], [revisions, before]] {
-            let dst = TestDb::migrated(b);
-            let r = dst.dlq(&["import", order[0]]);
-            assert_eq!(r.code, 0, "{b:?} first import: {}", r.all());
-            let r = dst.dlq(&["import", order[1]]);
-            assert_eq!(r.code, 2, "{b:?} {order:?}: {}", r.all());
-            assert_eq!(
-                dst.ids(&["--state", "all"]).len(),
-                1,
-                "{b:?} nothing imported"
-            );
-            // One stream holding both is refused as a whole.
-            let dst = TestDb::migrated(b);
-            let both = [
-                std::fs::read(order[0]).unwrap(),
-                std::fs::read(order[1]).unwrap(),
-            ];
-            let r = dst.dlq_stdin(&["import", "-"], &both.concat());
-            assert_eq!(r.code, 2, "{b:?} one stream: {}", r.all());
-            assert!(dst.ids(&["--state", "all"]).is_empty(), "{b:?}");
-        }
+        refused_in_either_order(b, before, revisions);
         // The whole store (the original set aside) moves as it is.
         let dst = TestDb::migrated(b);
         let all = export(&src, &[]);
@@ -210,7 +219,7 @@ fn concurrent_imports_never_make_an_original_and_its_revision_both_replayable() 
         let first = dst.spawn_env(&["import", a], &[("DLQ_DATABASE_URL", &url)]);
         // A has run its check (its last statement) and its COMMIT is held.
         let checked = "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
-                       AND state = 'idle in transaction' AND query LIKE 'SELECT r.id AS rid%'";
+                       AND state = 'idle in transaction' AND query LIKE 'WITH RECURSIVE chain%'";
         wait_until("import A's check", 60, || dst.scalar(checked) > 0);
         // B may wait for A's commit: longer than the default lock timeout.
         let second = dst.dlq_env(&["import", b], &[("DLQ_LOCK_TIMEOUT", "60s")]);
@@ -305,5 +314,152 @@ fn import_never_makes_two_revisions_of_one_original_both_replayable() {
             vec![ours],
             "{b:?} nothing imported"
         );
+    }
+}
+
+/// Edits the revision `id` again (another change than [`revise`]'s) and returns the new
+/// revision's ID: a revision of a revision.
+fn revise_again(db: &TestDb, id: &str) -> String {
+    let r = db.dlq(&["edit", id, "--note", "again", "--set", "extra=1"]);
+    assert_eq!(r.code, 0, "edit of the revision {id}: {}", r.all());
+    r.json()["revision_id"].as_str().unwrap().to_string()
+}
+
+/// Once broke: the check paired a revision only with its direct original and its
+/// siblings. `orig` edited into R1 and R1 into R2: the export of R1 (discarded) and R2
+/// (pending) went in beside the export of `orig` taken before the edits, `orig` and R2
+/// both pending, one event replayable twice.
+#[test]
+fn import_never_makes_an_original_and_a_revision_of_its_revision_both_replayable() {
+    for b in BACKENDS {
+        let src = TestDb::migrated(b);
+        let mut mq = Rabbit::new();
+        let q = mq.queue("dlq_rev_chain_import");
+        add(&src, "orig", &q);
+        let before = export(&src, &[]);
+        let r1 = revise(&src, "orig");
+        let r2 = revise_again(&src, &r1);
+        let revisions = export(&src, &["--revisions"]);
+        refused_in_either_order(
+            b,
+            before.path().to_str().unwrap(),
+            revisions.path().to_str().unwrap(),
+        );
+        // The whole chain (orig and R1 set aside) moves as it is.
+        let dst = TestDb::migrated(b);
+        let all = export(&src, &[]);
+        let r = dst.dlq(&["import", all.path().to_str().unwrap()]);
+        assert_eq!(r.code, 0, "{b:?} whole export: {}", r.all());
+        assert_eq!(dst.ids(&["--state", "pending"]), vec![r2], "{b:?}");
+    }
+}
+
+/// Once broke: a revision of `orig` made elsewhere went in beside this store's revision
+/// of a revision of `orig` (its first revision set aside, so no sibling was live): two
+/// pending copies of one event.
+#[test]
+fn import_never_makes_a_revision_live_beside_a_revision_of_a_sibling() {
+    for b in BACKENDS {
+        let src = TestDb::migrated(b);
+        let mut mq = Rabbit::new();
+        let q = mq.queue("dlq_rev_cousins");
+        add(&src, "orig", &q);
+        let before = export(&src, &[]);
+        revise(&src, "orig");
+        let theirs = export(&src, &["--revisions"]);
+        let dst = TestDb::migrated(b);
+        let r = dst.dlq(&["import", before.path().to_str().unwrap()]);
+        assert_eq!(r.code, 0, "{b:?} original: {}", r.all());
+        let ours = revise(&dst, "orig");
+        let ours = revise_again(&dst, &ours);
+        let r = dst.dlq(&["import", theirs.path().to_str().unwrap()]);
+        assert_eq!(r.code, 2, "{b:?} a second live copy: {}", r.all());
+        assert!(r.all().contains("copies of one event"), "{}", r.all());
+        assert_eq!(
+            dst.ids(&["--state", "pending"]),
+            vec![ours],
+            "{b:?} nothing imported"
+        );
+    }
+}
+
+/// `import -` of `lines`, failing the test if it runs for more than a minute (a walk of
+/// `revision_of` that loops).
+fn import_bounded(db: &TestDb, lines: &[serde_json::Value]) -> Run {
+    use std::io::Write;
+    use std::process::Stdio;
+    let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
+    let mut child = db
+        .cmd()
+        .args(["import", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            child.kill().unwrap();
+            panic!("import still running after 60 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    Run::from(child.wait_with_output().unwrap())
+}
+
+/// Once broke: a crafted import whose rows name each other in a ring a → b → c → d → a,
+/// b and d set aside, put a and c in both pending: neither names the other nor shares
+/// its original, yet each descends from the other. By the rule (shared ancestors, both
+/// live) the import is refused; the walk of a ring ends (and so does one of two rows
+/// naming each other, refused as before).
+#[test]
+fn import_of_a_revision_of_cycle_ends_and_is_refused() {
+    for b in BACKENDS {
+        let ring = |ids: &[&str], discarded: &[&str]| -> Vec<serde_json::Value> {
+            let q = unique("dlq_rev_ring");
+            (0..ids.len())
+                .map(|i| {
+                    let mut l = letter(ids[i], &q, br#"{"amount": "1,50"}"#);
+                    l["event_id"] = "evt-ring".into();
+                    l["revision_of"] = ids[(i + 1) % ids.len()].into();
+                    if discarded.contains(&ids[i]) {
+                        l["discarded_at"] = "2026-01-02T03:04:05Z".into();
+                        l["discard_note"] = "revised".into();
+                    }
+                    l
+                })
+                .collect()
+        };
+        for lines in [
+            ring(&["a", "b", "c", "d"], &["b", "d"]),
+            ring(&["a", "b"], &[]),
+        ] {
+            let dst = TestDb::migrated(b);
+            let r = import_bounded(&dst, &lines);
+            assert_eq!(r.code, 2, "{b:?} {} rows: {}", lines.len(), r.all());
+            assert!(r.all().contains("copies of one event"), "{}", r.all());
+            assert!(dst.ids(&["--state", "all"]).is_empty(), "{b:?}");
+            // The ring with one live row is one live copy: it goes in.
+            let one_live: Vec<_> = lines
+                .iter()
+                .cloned()
+                .map(|mut l| {
+                    if l["id"] != "a" {
+                        l["discarded_at"] = "2026-01-02T03:04:05Z".into();
+                    }
+                    l
+                })
+                .collect();
+            let r = import_bounded(&dst, &one_live);
+            assert_eq!(r.code, 0, "{b:?} one live: {}", r.all());
+            assert_eq!(dst.ids(&["--state", "pending"]), vec!["a"], "{b:?}");
+        }
     }
 }
