@@ -3,13 +3,20 @@
 //! before its row has committed.
 
 use super::batch::StoredBatch;
+use super::park::{self, Parked};
 use super::session::{broker_text, Held, Session};
-use super::{park, CaptureOptions, CaptureSummary, Event};
+use super::{CaptureOptions, CaptureSummary, Event};
 use crate::broker::Publisher;
 use crate::error::{DlqError, Result};
 use crate::spell::{words, Flag};
 use lapin::options::{BasicAckOptions, BasicNackOptions};
 use tokio::time::timeout;
+
+/// Where a run parks: its connection to the parking queue, and what it parked.
+pub(super) struct Parking<'a> {
+    pub publisher: &'a mut Option<Publisher>,
+    pub parked: &'a mut Parked,
+}
 
 /// After a batch's transaction: parks what could not be stored, then acks the batch.
 /// `Some`: the broker or the database went away (nothing of this batch acked).
@@ -18,7 +25,7 @@ pub(super) async fn settle(
     opts: &CaptureOptions,
     stored: Result<StoredBatch>,
     summary: &mut CaptureSummary,
-    parker: &mut Option<Publisher>,
+    parking: Parking<'_>,
     on_event: &mut impl FnMut(Event<'_>),
 ) -> Result<Option<String>> {
     let StoredBatch {
@@ -49,10 +56,17 @@ pub(super) async fn settle(
             ));
         };
         for (n, (i, why)) in refused.iter().enumerate() {
+            let h = &batch[*i];
+            if parking.parked.holds(h) {
+                summary.already_there += 1;
+                on_event(Event::ParkedBefore { why });
+                continue;
+            }
             on_event(Event::Parking);
-            if let Err(e) = park::park_one(opts, park, &batch[*i], why, parker).await {
+            if let Err(e) = park::park_one(opts, park, h, why, parking.publisher).await {
                 return Err(also_parked(opts, park, n, e));
             }
+            parking.parked.remember(h);
             summary.parked += 1;
             on_event(Event::Parked { why });
         }

@@ -1,7 +1,7 @@
 //! The consume → commit → ack loop of one session: batches are received while earlier
 //! ones are stored, each by its own task, and settled (acked) in delivery order.
 
-use super::ack::settle;
+use super::ack::{settle, Parking};
 use super::letter::to_letter;
 use super::session::{cancel, held, queue_is_empty, Held, Session, SessionEnd};
 use super::Run;
@@ -273,15 +273,11 @@ impl Run<'_> {
             return Ok(None);
         };
         let stored = joined(task).await;
-        let settled = settle(
-            session,
-            self.opts,
-            stored,
-            self.summary,
-            self.parker,
-            on_event,
-        )
-        .await;
+        let parking = Parking {
+            publisher: self.parker,
+            parked: &mut self.parked,
+        };
+        let settled = settle(session, self.opts, stored, self.summary, parking, on_event).await;
         match settled {
             Ok(None) => {
                 self.backoff = Duration::from_millis(250);

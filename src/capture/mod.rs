@@ -117,7 +117,8 @@ pub struct CaptureSummary {
     pub queue: String,
     /// Rows inserted by this run.
     pub captured: u64,
-    /// Redeliveries of messages that already had a row: acked, nothing inserted.
+    /// Redeliveries of messages that already had a row, or that this run had parked:
+    /// acked, nothing written.
     pub already_there: u64,
     /// Messages that could not be stored, moved to the parking queue.
     pub parked: u64,
@@ -155,6 +156,9 @@ pub enum Event<'a> {
     Parking,
     /// A message could not be stored and was moved to the parking queue.
     Parked { why: &'a str },
+    /// A message that cannot be stored came back after a lost ack, and this run had
+    /// parked it (confirmed): acked, not parked twice (counted `already_there`).
+    ParkedBefore { why: &'a str },
     /// The broker or the database went away; the next attempt is in `wait`.
     Reconnecting { why: &'a str, wait: Duration },
     /// Consuming (again) from `host`.
@@ -184,6 +188,7 @@ pub async fn capture(
         stop: &mut stop,
         summary: &mut summary,
         parker: &mut parker,
+        parked: park::Parked::default(),
         backoff: Duration::from_millis(250),
         which: Which::First,
     };
@@ -203,6 +208,8 @@ pub(crate) struct Run<'a> {
     pub stop: &'a mut watch::Receiver<bool>,
     pub summary: &'a mut CaptureSummary,
     pub parker: &'a mut Option<Publisher>,
+    /// What this run parked, so that a redelivery is not parked twice.
+    parked: park::Parked,
     /// The wait before the next reconnection attempt; reset by each acked batch.
     pub backoff: Duration,
     which: Which,

@@ -3,13 +3,57 @@
 //! checked (a passive declare, by its reply code) when the parking connection opens, and
 //! again when a park fails, so the error names it instead of a bare return.
 
+use super::key::capture_key;
 use super::session::Held;
 use super::{CaptureOptions, PARK_ERROR_HEADER};
+use crate::broker::codec::headers_to_json;
 use crate::broker::connect::ConnectError;
 use crate::broker::{OutgoingMessage, PublishResult, Publisher, PublisherOptions, Target};
 use crate::error::{DlqError, Result};
 use crate::spell::{words, Flag, Words};
 use lapin::types::{AMQPValue, LongString};
+use std::collections::{HashSet, VecDeque};
+
+/// The messages this run parked, by capture key. A park is confirmed before its batch is
+/// acked, and an ack may be lost with its connection: the message then comes back,
+/// flagged redelivered, though the parking queue holds it already. Such a one is acked
+/// without a second park, as a redelivery of a stored message is acked without a second
+/// row. Bounded: the oldest keys are forgotten (a message forgotten so is parked again,
+/// at least once, as a rerun would).
+#[derive(Default)]
+pub(super) struct Parked {
+    keys: HashSet<String>,
+    order: VecDeque<String>,
+}
+
+impl Parked {
+    /// Keys kept: about 100 bytes each.
+    const KEEP: usize = 100_000;
+
+    /// `h` was parked, confirmed.
+    pub(super) fn remember(&mut self, h: &Held) {
+        let key = key_of(h);
+        if self.keys.insert(key.clone()) {
+            self.order.push_back(key);
+        }
+        while self.order.len() > Self::KEEP {
+            if let Some(old) = self.order.pop_front() {
+                self.keys.remove(&old);
+            }
+        }
+    }
+
+    /// Whether `h` is a redelivery of a message this run parked (confirmed).
+    pub(super) fn holds(&self, h: &Held) -> bool {
+        h.redelivered && !self.keys.is_empty() && self.keys.contains(&key_of(h))
+    }
+}
+
+/// What identifies a held message across redeliveries (see [`capture_key`]).
+fn key_of(h: &Held) -> String {
+    let headers = h.properties.headers().as_ref().map(headers_to_json);
+    capture_key(&h.body, &headers.unwrap_or_default(), &h.properties)
+}
 
 /// Opens the parking connection (to the first node that answers) and checks that the
 /// parking queue exists.

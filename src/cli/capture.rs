@@ -143,7 +143,8 @@ pub async fn run(ctx: &Ctx, args: CaptureArgs) -> Result<u8> {
     let mut acked: Option<CaptureSummary> = None;
     // A park published since the last acked batch: the message may be in both queues.
     let mut parking = false;
-    let on_event = |e: Event<'_>| match e {
+    let on_event = |e: Event<'_>| {
+        match e {
         Event::Batch(s) => {
             if let Some(pb) = &progress {
                 pb.set_message(counts(s));
@@ -157,12 +158,18 @@ pub async fn run(ctx: &Ctx, args: CaptureArgs) -> Result<u8> {
             line(opts.park_queue.as_deref().unwrap_or_default()),
             line(why)
         )),
+        Event::ParkedBefore { why } => say(format!(
+            "dlq: a message came back after its ack was lost, and this run had moved it to {} already (confirmed): acked, not moved twice: {}",
+            line(opts.park_queue.as_deref().unwrap_or_default()),
+            line(why)
+        )),
         Event::Reconnecting { why, wait } => say(format!(
             "dlq: {}; trying again in {}",
             line(why),
             humantime::format_duration(wait)
         )),
         Event::Connected { host } => tracing::info!(%host, "consuming"),
+    }
     };
     let result = tokio::select! {
         r = capture(store.clone(), &opts, signals.finish, on_event) => Some(r),

@@ -41,6 +41,10 @@ pub enum OnServerBytes {
     /// From the client: hold the bytes from `pattern` on (a PostgreSQL COMMIT, say) this
     /// long before forwarding them; what came before them goes at once.
     HoldClientBytes(Vec<u8>, std::time::Duration),
+    /// From the client: the first time it sends the AMQP method `pattern`, drop every
+    /// connection instead of forwarding it (the flag records that it happened); later
+    /// connections, once the test clears `cut`, are forwarded untouched.
+    CutOnClientMethod([u8; 4], Arc<AtomicBool>),
 }
 
 impl Proxy {
@@ -118,6 +122,10 @@ async fn pipe(
     let (mut cr, mut cw) = client.into_split();
     let (mut sr, mut sw) = server.into_split();
     let cut1 = cut.clone();
+    let cut_on = match &hook {
+        OnServerBytes::CutOnClientMethod(m, done) => Some((*m, done.clone())),
+        _ => None,
+    };
     // What to hold: a pattern, how far before it the held bytes start, and how long.
     let hold = match &hook {
         // A method frame: type, channel (2), size (4), then class and method.
@@ -137,6 +145,13 @@ async fn pipe(
                 Err(_) => continue,
                 Ok(Ok(0)) | Ok(Err(_)) => return,
                 Ok(Ok(n)) => {
+                    if let Some((m, done)) = &cut_on {
+                        let sent = buf[..n].windows(4).any(|w| w == m);
+                        if sent && !done.swap(true, Ordering::SeqCst) {
+                            cut1.store(true, Ordering::SeqCst);
+                            return;
+                        }
+                    }
                     let at = hold.as_ref().and_then(|(p, back, d)| {
                         let i = buf[..n].windows(p.len()).position(|w| w == p.as_slice())?;
                         Some((i.checked_sub(*back)?, *d))

@@ -8,6 +8,8 @@ use lapin::options::*;
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::BasicProperties;
 use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 #[test]
 fn a_message_that_cannot_be_stored_stops_the_capture_or_is_parked() {
@@ -137,6 +139,60 @@ fn a_park_without_a_confirm_says_the_message_may_be_parked_already() {
     wait_until("the message back in the queue", 30, || {
         dlx.rabbit.count(&dlx.dlq) == 1
     });
+}
+
+/// Once broke: a park was confirmed, then the batch's ack was lost with its connection;
+/// the message came back flagged redelivered and `--follow` parked it a second time,
+/// saying nothing: the parking queue held it twice.
+#[test]
+fn a_message_parked_before_its_ack_was_lost_is_not_parked_twice() {
+    let (db, dlx, park) = one_message_to_park();
+    let done = Arc::new(AtomicBool::new(false));
+    let proxy = Proxy::start(
+        "127.0.0.1:5672",
+        OnServerBytes::CutOnClientMethod(BASIC_ACK, done.clone()),
+    );
+    let child = db
+        .cmd()
+        .env(
+            "DLQ_AMQP_URL",
+            format!("amqp://guest:guest@{}/%2f", proxy.addr()),
+        )
+        .args([
+            "capture",
+            "--queue",
+            &dlx.dlq,
+            "--follow",
+            "--max-body-bytes",
+            "1KiB",
+            "--park-queue",
+            &park,
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_until("the ack cut", 30, || done.load(Ordering::SeqCst));
+    assert_eq!(
+        dlx.rabbit.count(&park),
+        1,
+        "parked and confirmed before the ack"
+    );
+    proxy.cut.store(false, Ordering::SeqCst);
+    wait_until("the message acked after the reconnect", 30, || {
+        dlx.rabbit.count(&dlx.dlq) == 0
+    });
+    signal(&child, "TERM");
+    let out = Run::from(child.wait_with_output().unwrap());
+    assert_eq!(out.code, 0, "{}", out.all());
+    assert_eq!(dlx.rabbit.count(&park), 1, "parked once: {}", out.all());
+    let sum = out.json();
+    assert_eq!(
+        (sum["parked"].as_i64(), sum["already_there"].as_i64()),
+        (Some(1), Some(1)),
+        "{sum}"
+    );
+    assert!(out.stderr.contains("not moved twice"), "{}", out.stderr);
 }
 
 /// Once broke (review): a second signal during a park's confirm wait said only that the
