@@ -1,18 +1,24 @@
-//! The come-back watch of a plan run: the events the run sent, and the dead letters
-//! written since it started, read a page at a time, until one of those events comes back
-//! as a new dead letter (the consumer still fails it: the cause is not fixed). The runner
-//! looks after every batch and through every wait, and stops on the first.
+//! The come-back watch of a plan run: what the run sent, and the dead letters written
+//! since it started, read a page at a time, until one of them is a message the run sent
+//! coming back (the consumer still fails it: the cause is not fixed). The runner looks
+//! after every batch and through every wait, and stops on the first.
 //!
-//! "Sent" is what a canary counts ([`pace::sent`]): replayed, or uncertain. An uncertain
-//! publish may well have reached the consumer; left unwatched, its coming back would go
-//! unseen and the run would go on into a consumer that still fails.
+//! A new dead letter is this run's message coming back when its `x-dead-letter-id`
+//! header names a row the run sent (a consumer that keeps the headers of what it
+//! dead-letters says so exactly, also for a row with no event ID), or when it carries the
+//! event ID of one (another copy of the event matches too: it is the event the consumer
+//! still fails either way).
+//!
+//! "Sent" is what went out or may have ([`pace::sent`]): replayed, or uncertain. An
+//! uncertain publish may well have reached the consumer; left unwatched, its coming back
+//! would go unseen and the run would go on into a consumer that still fails.
 
 use super::pace;
 use crate::error::Result;
 use crate::model::Outcome;
 use crate::replay::ItemReport;
 use crate::spell::{NextStep, Spell};
-use crate::store::Store;
+use crate::store::{NewArrival, Store};
 use chrono::{DateTime, Utc};
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
@@ -22,25 +28,37 @@ pub(super) struct Watch {
     /// The last new dead letter read: pages go in (dead_lettered_at, id) order, so each
     /// look reads only what is new.
     after: (DateTime<Utc>, String),
+    /// The rows this run sent, by ID.
+    rows: HashMap<String, Sent>,
     /// The events this run sent, each with the item that sent it.
     events: HashMap<String, Sent>,
 }
 
-/// The item of the run that sent an event.
+/// The item of the run that sent a message.
 #[derive(Debug, Clone)]
 struct Sent {
     /// Its dead letter.
     id: String,
+    event: Option<String>,
     /// `replayed` or `uncertain`.
     outcome: Outcome,
 }
 
-/// A new dead letter of an event the run sent.
+/// How a new dead letter was known for a message the run sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Known {
+    /// Its `x-dead-letter-id` header names the row: this run's message, exactly.
+    ByHeader,
+    /// Its event ID is the row's: this message, or another copy of the event.
+    ByEvent,
+}
+
+/// A new dead letter of a message the run sent.
 pub(super) struct CameBack {
     /// The new dead letter.
     id: String,
-    event: String,
     sent: Sent,
+    known: Known,
 }
 
 impl Watch {
@@ -48,20 +66,23 @@ impl Watch {
     pub(super) fn new(started: DateTime<Utc>) -> Self {
         Watch {
             after: (started, String::new()),
+            rows: HashMap::new(),
             events: HashMap::new(),
         }
     }
 
-    /// Watches the events of these settled items too: each one that went out or may
-    /// have. Of two items of one event, a replayed one is kept (it surely went out).
+    /// Watches these settled items too: each one that went out or may have. Of two items
+    /// of one event, a replayed one is kept (it surely went out).
     pub(super) fn add(&mut self, reports: &[ItemReport]) {
         for r in reports.iter().filter(|r| pace::sent(r.outcome)) {
-            let Some(event) = &r.event_id else {
-                continue;
-            };
             let sent = Sent {
                 id: r.id.clone(),
+                event: r.event_id.clone(),
                 outcome: r.outcome,
+            };
+            self.rows.insert(r.id.clone(), sent.clone());
+            let Some(event) = &r.event_id else {
+                continue;
             };
             match self.events.entry(event.clone()) {
                 Entry::Vacant(e) => _ = e.insert(sent),
@@ -71,16 +92,15 @@ impl Watch {
         }
     }
 
-    /// The first new dead letter, since the last look, of an event this run sent.
+    /// The first new dead letter, since the last look, of a message this run sent.
     pub(super) async fn came_back(&mut self, store: &dyn Store) -> Result<Option<CameBack>> {
         loop {
             let page = store.dead_lettered_since(&self.after, 1000).await?;
             let full = page.len() == 1000;
-            for (id, event, at) in page {
-                self.after = (at, id.clone());
-                if let Some(sent) = self.events.get(&event) {
-                    let sent = sent.clone();
-                    return Ok(Some(CameBack { id, event, sent }));
+            for arrival in page {
+                self.after = (arrival.at, arrival.id.clone());
+                if let Some(back) = self.known(arrival) {
+                    return Ok(Some(back));
                 }
             }
             if !full {
@@ -88,23 +108,45 @@ impl Watch {
             }
         }
     }
+
+    /// Whether a new dead letter is a message this run sent: by its header first.
+    fn known(&self, a: NewArrival) -> Option<CameBack> {
+        let by_header = a.replayed_from.as_ref().and_then(|r| self.rows.get(r));
+        let (sent, known) = match by_header {
+            Some(sent) => (sent, Known::ByHeader),
+            None => (self.events.get(a.event_id.as_ref()?)?, Known::ByEvent),
+        };
+        Some(CameBack {
+            id: a.id,
+            sent: sent.clone(),
+            known,
+        })
+    }
 }
 
 impl CameBack {
-    /// Why the run stops, spelled by `s`. An uncertain item whose event came back may be
-    /// what reached the consumer (or another copy of the event was): the new dead
-    /// letter's `x-dead-letter-id` header tells. Its row stays uncertain; the operator
-    /// resolves it.
+    /// Why the run stops, spelled by `s`. An uncertain item known by its header did reach
+    /// the consumer; known by its event only, it may have (or another copy of the event
+    /// did). Either way its row stays uncertain: the operator resolves it.
     pub(super) fn detail(&self, s: &dyn Spell) -> String {
-        let CameBack { id, event, sent } = self;
-        match sent.outcome {
-            Outcome::Uncertain => format!(
-                "event {event} (dead letter {row}, whose replay was uncertain) came back as new dead letter {id}: the consumer still fails the event; the cause is not fixed; stopping; {row} stays uncertain: if {id}'s x-dead-letter-id header is {row}, that replay did reach the consumer: {next}",
-                row = sent.id,
-                next = s.next(&NextStep::ResolveDelivered { id: sent.id.clone() }),
+        let CameBack { id, sent, known } = self;
+        let row = &sent.id;
+        let what = match &sent.event {
+            Some(e) => format!("event {e}"),
+            None => format!("dead letter {row}"),
+        };
+        let resolve = || s.next(&NextStep::ResolveDelivered { id: row.clone() });
+        match (sent.outcome, known) {
+            (Outcome::Uncertain, Known::ByHeader) => format!(
+                "{what} (dead letter {row}, whose replay was uncertain) came back as new dead letter {id}, whose x-dead-letter-id header names {row}: that replay did reach the consumer, which failed it again; the cause is not fixed; stopping; {row} stays uncertain: {}",
+                resolve()
+            ),
+            (Outcome::Uncertain, Known::ByEvent) => format!(
+                "{what} (dead letter {row}, whose replay was uncertain) came back as new dead letter {id}: the consumer still fails the event; the cause is not fixed; stopping; {row} stays uncertain: if {id}'s x-dead-letter-id header is {row}, that replay did reach the consumer: {}",
+                resolve()
             ),
             _ => format!(
-                "replayed event {event} came back as new dead letter {id}: the cause is not fixed; stopping"
+                "replayed {what} came back as new dead letter {id}: the cause is not fixed; stopping"
             ),
         }
     }
@@ -116,14 +158,23 @@ mod tests {
     use crate::replay::Reason;
     use crate::spell::InWords;
 
-    fn report(id: &str, event: &str, outcome: Outcome) -> ItemReport {
+    fn report(id: &str, event: Option<&str>, outcome: Outcome) -> ItemReport {
         ItemReport {
             id: id.into(),
             outcome,
             reason: Reason::NotFound,
-            event_id: Some(event.into()),
+            event_id: event.map(Into::into),
             target: None,
             plan_id: None,
+        }
+    }
+
+    fn arrival(id: &str, event: Option<&str>, from: Option<&str>) -> NewArrival {
+        NewArrival {
+            id: id.into(),
+            event_id: event.map(Into::into),
+            replayed_from: from.map(Into::into),
+            at: Utc::now(),
         }
     }
 
@@ -131,32 +182,63 @@ mod tests {
     fn what_went_out_or_may_have_is_watched_and_a_replay_wins() {
         let mut w = Watch::new(Utc::now());
         w.add(&[
-            report("a", "e1", Outcome::Uncertain),
-            report("b", "e2", Outcome::PublishFailed),
-            report("c", "e3", Outcome::NotReplayed),
-            report("d", "e4", Outcome::Replayed),
+            report("a", Some("e1"), Outcome::Uncertain),
+            report("b", Some("e2"), Outcome::PublishFailed),
+            report("c", Some("e3"), Outcome::NotReplayed),
+            report("d", Some("e4"), Outcome::Replayed),
+            report("f", None, Outcome::Replayed),
         ]);
         let mut watched: Vec<_> = w.events.keys().cloned().collect();
         watched.sort();
         assert_eq!(watched, ["e1", "e4"]);
+        let mut rows: Vec<_> = w.rows.keys().cloned().collect();
+        rows.sort();
+        assert_eq!(rows, ["a", "d", "f"]);
         // e1 replayed by another item: the detail says "replayed", not "uncertain".
-        w.add(&[report("x", "e1", Outcome::Replayed)]);
-        w.add(&[report("y", "e1", Outcome::Uncertain)]);
+        w.add(&[report("x", Some("e1"), Outcome::Replayed)]);
+        w.add(&[report("y", Some("e1"), Outcome::Uncertain)]);
         let sent = w.events["e1"].clone();
         assert_eq!((sent.id.as_str(), sent.outcome), ("x", Outcome::Replayed));
     }
 
+    /// Once broke: a row with no event ID was never watched, so a canary of such rows
+    /// always passed; a header naming the row is known first, whatever the event.
+    #[test]
+    fn a_new_dead_letter_is_known_by_its_header_then_by_its_event() {
+        let mut w = Watch::new(Utc::now());
+        w.add(&[
+            report("a", Some("e1"), Outcome::Uncertain),
+            report("f", None, Outcome::Replayed),
+        ]);
+        let known = |a| w.known(a).map(|b| (b.sent.id, b.known));
+        assert_eq!(
+            known(arrival("n1", None, Some("f"))),
+            Some(("f".into(), Known::ByHeader))
+        );
+        assert_eq!(
+            known(arrival("n2", Some("e1"), None)),
+            Some(("a".into(), Known::ByEvent))
+        );
+        assert_eq!(
+            known(arrival("n3", Some("e9"), Some("a"))),
+            Some(("a".into(), Known::ByHeader))
+        );
+        assert_eq!(known(arrival("n4", Some("e9"), Some("zz"))), None);
+        assert_eq!(known(arrival("n5", None, None)), None);
+    }
+
     #[test]
     fn an_uncertain_item_that_came_back_is_said_so() {
-        let back = |outcome| CameBack {
+        let back = |outcome, known| CameBack {
             id: "n1".into(),
-            event: "e1".into(),
             sent: Sent {
                 id: "a".into(),
+                event: Some("e1".into()),
                 outcome,
             },
+            known,
         };
-        let d = back(Outcome::Uncertain).detail(&InWords);
+        let d = back(Outcome::Uncertain, Known::ByEvent).detail(&InWords);
         assert!(d.starts_with("event e1 (dead letter a, whose replay was uncertain) came back as new dead letter n1: the consumer still fails the event"), "{d}");
         assert!(
             d.ends_with(
@@ -164,7 +246,12 @@ mod tests {
             ),
             "{d}"
         );
-        let d = back(Outcome::Replayed).detail(&InWords);
+        let d = back(Outcome::Uncertain, Known::ByHeader).detail(&InWords);
+        assert!(
+            d.contains("whose x-dead-letter-id header names a: that replay did reach the consumer"),
+            "{d}"
+        );
+        let d = back(Outcome::Replayed, Known::ByEvent).detail(&InWords);
         assert!(
             d.starts_with("replayed event e1 came back as new dead letter n1"),
             "{d}"

@@ -158,6 +158,17 @@ pub struct PlanCandidate {
     pub sha256: String,
 }
 
+/// A dead letter written since a plan run started, as its come-back watch reads it.
+#[derive(Debug, Clone)]
+pub struct NewArrival {
+    pub id: String,
+    pub event_id: Option<String>,
+    /// Its `x-dead-letter-id` header: the row a replay published it from, when the
+    /// consumer kept the headers of what it dead-lettered.
+    pub replayed_from: Option<String>,
+    pub at: DateTime<Utc>,
+}
+
 /// How to connect. Timeouts bound every wait on the database.
 #[derive(Debug, Clone)]
 pub struct StoreOptions {

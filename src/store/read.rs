@@ -319,7 +319,7 @@ pub trait Reads: Send + Sync {
         &self,
         after: &(DateTime<Utc>, String),
         limit: i64,
-    ) -> Result<Vec<(String, String, DateTime<Utc>)>>;
+    ) -> Result<Vec<super::NewArrival>>;
     /// Streams the rows that match, oldest first, each whole with its raw columns and its
     /// history, to `sink`, in constant memory. The claim owner is its operator part only.
     /// Returns the number of rows.
@@ -484,7 +484,7 @@ impl<B: Backend> Reads for B {
         &self,
         after: &(DateTime<Utc>, String),
         limit: i64,
-    ) -> Result<Vec<(String, String, DateTime<Utc>)>> {
+    ) -> Result<Vec<super::NewArrival>> {
         plan::dead_lettered_since(self, after, limit).await
     }
 

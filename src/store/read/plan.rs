@@ -4,7 +4,8 @@
 use super::{all, required, select, text, time, Backend, Bind, Dialect, TimeCol};
 use crate::error::Result;
 use crate::model::{sha256_hex, Filter};
-use crate::store::PlanCandidate;
+use crate::publisher::DEAD_LETTER_ID_HEADER;
+use crate::store::{NewArrival, PlanCandidate};
 use chrono::{DateTime, Utc};
 use sqlx::QueryBuilder;
 
@@ -32,30 +33,39 @@ pub(super) async fn plan_candidates<B: Backend>(
     .await
 }
 
+/// The dead letters written after `after`, in (time, id) order: each with its event ID
+/// and the row its `x-dead-letter-id` header names (headers that are not a JSON object,
+/// as a worker may write, name none).
 pub(super) async fn dead_lettered_since<B: Backend>(
     b: &B,
     after: &(DateTime<Utc>, String),
     limit: i64,
-) -> Result<Vec<(String, String, DateTime<Utc>)>> {
+) -> Result<Vec<NewArrival>> {
     let at = B::Db::at(TimeCol::DeadLetteredAt);
     let mut qb = QueryBuilder::new(format!(
-        "SELECT id, eff_event_id, {at} AS dead_lettered_at FROM dead_letters \
+        "SELECT id, eff_event_id, headers_json, {at} AS dead_lettered_at FROM dead_letters \
          WHERE ({at}, id) > ("
     ));
     B::Db::bind(&mut qb, Bind::Time(after.0));
     qb.push(", ");
     B::Db::bind(&mut qb, Bind::Text(after.1.clone()));
-    qb.push(format!(
-        ") AND eff_event_id IS NOT NULL ORDER BY {at}, id LIMIT "
-    ));
+    qb.push(format!(") ORDER BY {at}, id LIMIT "));
     B::Db::bind(&mut qb, Bind::Int(limit));
     all(b, &mut qb, |r| {
         let t = |col: &str| text::<B::Db>(r, col);
-        Ok((
-            required(t("id")?, "id")?,
-            required(t("eff_event_id")?, "eff_event_id")?,
-            time::<B::Db>(r, "dead_lettered_at")?,
-        ))
+        Ok(NewArrival {
+            id: required(t("id")?, "id")?,
+            event_id: t("eff_event_id")?,
+            replayed_from: t("headers_json")?.as_deref().and_then(replayed_from),
+            at: time::<B::Db>(r, "dead_lettered_at")?,
+        })
     })
     .await
+}
+
+/// The `x-dead-letter-id` header of stored headers, if they are a JSON object holding it
+/// as a string.
+fn replayed_from(headers_json: &str) -> Option<String> {
+    let headers: serde_json::Value = serde_json::from_str(headers_json).ok()?;
+    Some(headers.get(DEAD_LETTER_ID_HEADER)?.as_str()?.to_string())
 }

@@ -232,6 +232,56 @@ fn a_reruns_canary_counts_only_what_it_published() {
     assert!(!seen.iter().any(|id| first.contains(id)), "{seen:?}");
 }
 
+/// Once broke: the watch matched event IDs only, so a canary of rows with no event ID
+/// always passed, and the run went on into a consumer failing every message. A new dead
+/// letter whose `x-dead-letter-id` header names a row the run sent is known as its coming
+/// back.
+#[test]
+fn a_canary_without_event_ids_is_watched_by_its_header() {
+    let mut rabbit = Rabbit::new();
+    let q = rabbit.queue("dlq_canary_noevent");
+    let db = TestDb::migrated(Backend::Sqlite);
+    let lines: String = (0..10)
+        .map(|i| {
+            let mut l = letter(&format!("ne{i:04}"), &q, b"not json");
+            l.as_object_mut().unwrap().remove("event_id");
+            format!("{l}\n")
+        })
+        .collect();
+    let r = db.dlq_stdin(&["import", "-"], lines.as_bytes());
+    assert_eq!(r.code, 0, "{}", r.all());
+    assert!(
+        db.dlq(&["show", "ne0000", "-o", "json"]).json()["event_id"].is_null(),
+        "no event ID"
+    );
+    let plan = db.plan_file(&[]);
+    let mut child = spawn(&db, &plan, &["--canary", "2", "--canary-wait", "60s"]);
+    // A failing consumer that keeps the headers of what it dead-letters.
+    let mut seen = Vec::new();
+    let exited = until(Duration::from_secs(30), || {
+        while let Some(id) = take_one(&rabbit, &q) {
+            let mut again = letter(&format!("{id}-again"), &q, b"not json");
+            again.as_object_mut().unwrap().remove("event_id");
+            again["headers"]["x-dead-letter-id"] = id.clone().into();
+            db.add(again);
+            seen.push(id);
+        }
+        child.try_wait().unwrap().is_some()
+    });
+    if !exited {
+        let _ = child.kill();
+    }
+    assert!(exited, "the canary came back long before its 60 s wait");
+    let r = Run::from(child.wait_with_output().unwrap());
+    let s = summary_of(&r);
+    assert_eq!(s["stopped"], "came_back", "{}", r.all());
+    assert_eq!(s["counts"]["replayed"], 2, "{s}");
+    assert_eq!(r.code, 3, "{}", r.all());
+    seen.extend(std::iter::from_fn(|| take_one(&rabbit, &q)));
+    assert_eq!(seen.len(), 2, "exactly the canary was published: {seen:?}");
+    assert!(r.stderr.contains("replayed dead letter"), "{}", r.stderr);
+}
+
 #[test]
 fn a_healthy_canary_waits_then_the_run_completes() {
     for b in BACKENDS {

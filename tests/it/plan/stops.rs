@@ -166,8 +166,8 @@ fn the_come_back_check_pages_by_time_and_id() {
                     break;
                 }
                 let last = page.last().unwrap();
-                after = (last.2, last.0.clone());
-                seen.extend(page.into_iter().map(|p| p.0));
+                after = (last.at, last.id.clone());
+                seen.extend(page.into_iter().map(|p| p.id));
             }
             seen
         });

@@ -134,7 +134,7 @@ mod wrapper {
             &self,
             after: &(DateTime<Utc>, String),
             limit: i64,
-        ) -> Result<Vec<(String, String, DateTime<Utc>)>> {
+        ) -> Result<Vec<dlq::store::NewArrival>> {
             self.inner.dead_lettered_since(after, limit).await
         }
         async fn ids_starting_with(
