@@ -75,6 +75,59 @@ fn take_one(rabbit: &Rabbit, queue: &str) -> Option<String> {
     }
 }
 
+/// How the target's failing worker dead-letters again what it takes.
+#[derive(Clone, Copy)]
+enum Fails {
+    /// A new dead letter with the message's event ID (`evt-` and the row's ID).
+    SameEvent,
+    /// A new dead letter with no event ID, keeping the message's `x-dead-letter-id`.
+    KeepingHeaders,
+}
+
+/// What a run against a failing worker came to.
+struct AgainstFailing {
+    /// Whether the run exited within the limit (else it was killed).
+    exited: bool,
+    run: Run,
+    /// The rows whose messages the worker took, in order (also those left at the end).
+    seen: Vec<String>,
+}
+
+/// Plays a worker that fails every message of `q` until `child` exits (killed after
+/// 30 s); `also` runs on each look.
+fn against_failing(
+    rabbit: &Rabbit,
+    q: &str,
+    db: &TestDb,
+    mut child: Child,
+    fails: Fails,
+    mut also: impl FnMut(),
+) -> AgainstFailing {
+    let mut seen = Vec::new();
+    let exited = until(Duration::from_secs(30), || {
+        also();
+        while let Some(id) = take_one(rabbit, q) {
+            let mut again = letter(&format!("{id}-again"), q, b"{}");
+            match fails {
+                Fails::SameEvent => again["event_id"] = format!("evt-{id}").into(),
+                Fails::KeepingHeaders => {
+                    again.as_object_mut().unwrap().remove("event_id");
+                    again["headers"]["x-dead-letter-id"] = id.clone().into();
+                }
+            }
+            db.add(again);
+            seen.push(id);
+        }
+        child.try_wait().unwrap().is_some()
+    });
+    if !exited {
+        let _ = child.kill();
+    }
+    let run = Run::from(child.wait_with_output().unwrap());
+    seen.extend(std::iter::from_fn(|| take_one(rabbit, q)));
+    AgainstFailing { exited, run, seen }
+}
+
 #[test]
 fn a_canary_whose_events_come_back_stops_the_run_after_exactly_its_items() {
     let mut rabbit = Rabbit::new();
@@ -83,26 +136,18 @@ fn a_canary_whose_events_come_back_stops_the_run_after_exactly_its_items() {
     seed(&db, &q, 20, "c");
     let plan = db.plan_file(&[]);
     // One batch would take all 20: only the canary holds the run at 3.
-    let mut child = spawn(&db, &plan, &["--canary", "3", "--canary-wait", "60s"]);
-    // A failing worker: each message it takes is dead-lettered again (same event id).
-    let mut seen = Vec::new();
-    let exited = until(Duration::from_secs(30), || {
-        while let Some(id) = take_one(&rabbit, &q) {
-            let mut again = letter(&format!("{id}-again"), &q, b"{}");
-            again["event_id"] = format!("evt-{id}").into();
-            db.add(again);
-            seen.push(id);
-        }
-        child.try_wait().unwrap().is_some()
-    });
+    let child = spawn(&db, &plan, &["--canary", "3", "--canary-wait", "60s"]);
+    let AgainstFailing {
+        exited,
+        run: r,
+        seen,
+    } = against_failing(&rabbit, &q, &db, child, Fails::SameEvent, || {});
     assert!(exited, "the run stops long before its 60 s canary wait");
-    let r = Run::from(child.wait_with_output().unwrap());
     let s = summary_of(&r);
     assert_eq!(s["stopped"], "came_back", "{}", r.all());
     assert_eq!(s["counts"]["replayed"], 3, "{s}");
     assert_eq!(s["not_reached"], 17, "{s}");
     assert_eq!(r.code, 3, "{}", r.all());
-    seen.extend(std::iter::from_fn(|| take_one(&rabbit, &q)));
     assert_eq!(seen.len(), 3, "exactly the canary was published: {seen:?}");
     assert!(r.stderr.contains("canary: 3 sent"), "{}", r.stderr);
     assert!(r.stderr.contains("came back"), "{}", r.stderr);
@@ -140,25 +185,17 @@ fn an_uncertain_canary_item_that_comes_back_stops_the_run() {
         "--confirm-timeout",
         "5s",
     ];
-    let mut child = db.spawn_plan(&plan, &extra, &[("DLQ_AMQP_URL", &url)]);
-    // A failing worker: what it takes is dead-lettered again (same event id).
-    let mut seen = Vec::new();
-    let exited = until(Duration::from_secs(30), || {
+    let child = db.spawn_plan(&plan, &extra, &[("DLQ_AMQP_URL", &url)]);
+    let clear_cut = || {
         if confirm_cut.load(Ordering::SeqCst) {
             amqp.cut.store(false, Ordering::SeqCst);
         }
-        while let Some(id) = take_one(&rabbit, &q) {
-            let mut again = letter(&format!("{id}-again"), &q, b"{}");
-            again["event_id"] = format!("evt-{id}").into();
-            db.add(again);
-            seen.push(id);
-        }
-        child.try_wait().unwrap().is_some()
-    });
-    if !exited {
-        child.kill().unwrap();
-    }
-    let r = Run::from(child.wait_with_output().unwrap());
+    };
+    let AgainstFailing {
+        exited,
+        run: r,
+        seen,
+    } = against_failing(&rabbit, &q, &db, child, Fails::SameEvent, clear_cut);
     assert!(
         exited,
         "the run stops long before its 60 s wait: {}",
@@ -175,7 +212,6 @@ fn an_uncertain_canary_item_that_comes_back_stops_the_run() {
     let detail = s["stop_detail"].as_str().unwrap();
     assert!(detail.contains("whose replay was uncertain"), "{detail}");
     assert!(detail.contains("dlq resolve u0000 --delivered"), "{detail}");
-    seen.extend(std::iter::from_fn(|| take_one(&rabbit, &q)));
     assert_eq!(seen, ["u0000"], "only the canary was published");
     // It came back, so it was delivered; but the run does not decide that.
     assert_eq!(db.show("u0000")["state"], "uncertain");
@@ -203,31 +239,21 @@ fn a_reruns_canary_counts_only_what_it_published() {
         "UPDATE dead_letters SET replay_attempt_at = now() WHERE id IN ('{}', '{}')",
         first[0], first[1]
     )]);
-    let mut child = spawn(&db, &plan, &["--canary", "2", "--canary-wait", "60s"]);
-    let mut seen = Vec::new();
-    let exited = until(Duration::from_secs(30), || {
-        while let Some(id) = take_one(&rabbit, &q) {
-            let mut again = letter(&format!("{id}-again"), &q, b"{}");
-            again["event_id"] = format!("evt-{id}").into();
-            db.add(again);
-            seen.push(id);
-        }
-        child.try_wait().unwrap().is_some()
-    });
-    if !exited {
-        let _ = child.kill();
-    }
+    let child = spawn(&db, &plan, &["--canary", "2", "--canary-wait", "60s"]);
+    let AgainstFailing {
+        exited,
+        run: r,
+        seen,
+    } = against_failing(&rabbit, &q, &db, child, Fails::SameEvent, || {});
     assert!(
         exited,
-        "the canary's own two items came back long before its 60 s wait"
+        "the canary's own two came back long before its 60 s wait"
     );
-    let r = Run::from(child.wait_with_output().unwrap());
     let s = summary_of(&r);
     assert_eq!(s["stopped"], "came_back", "{}", r.all());
     assert_eq!(s["counts"]["replayed"], 2, "{s}");
     assert_eq!(s["counts"]["uncertain"], 2, "{s}");
     assert_eq!(r.code, 6, "{}", r.all());
-    seen.extend(std::iter::from_fn(|| take_one(&rabbit, &q)));
     assert_eq!(seen.len(), 2, "exactly the canary was published: {seen:?}");
     assert!(!seen.iter().any(|id| first.contains(id)), "{seen:?}");
 }
@@ -255,29 +281,17 @@ fn a_canary_without_event_ids_is_watched_by_its_header() {
         "no event ID"
     );
     let plan = db.plan_file(&[]);
-    let mut child = spawn(&db, &plan, &["--canary", "2", "--canary-wait", "60s"]);
-    // A failing consumer that keeps the headers of what it dead-letters.
-    let mut seen = Vec::new();
-    let exited = until(Duration::from_secs(30), || {
-        while let Some(id) = take_one(&rabbit, &q) {
-            let mut again = letter(&format!("{id}-again"), &q, b"not json");
-            again.as_object_mut().unwrap().remove("event_id");
-            again["headers"]["x-dead-letter-id"] = id.clone().into();
-            db.add(again);
-            seen.push(id);
-        }
-        child.try_wait().unwrap().is_some()
-    });
-    if !exited {
-        let _ = child.kill();
-    }
+    let child = spawn(&db, &plan, &["--canary", "2", "--canary-wait", "60s"]);
+    let AgainstFailing {
+        exited,
+        run: r,
+        seen,
+    } = against_failing(&rabbit, &q, &db, child, Fails::KeepingHeaders, || {});
     assert!(exited, "the canary came back long before its 60 s wait");
-    let r = Run::from(child.wait_with_output().unwrap());
     let s = summary_of(&r);
     assert_eq!(s["stopped"], "came_back", "{}", r.all());
     assert_eq!(s["counts"]["replayed"], 2, "{s}");
     assert_eq!(r.code, 3, "{}", r.all());
-    seen.extend(std::iter::from_fn(|| take_one(&rabbit, &q)));
     assert_eq!(seen.len(), 2, "exactly the canary was published: {seen:?}");
     assert!(r.stderr.contains("replayed dead letter"), "{}", r.stderr);
 }
