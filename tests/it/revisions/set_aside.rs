@@ -463,3 +463,51 @@ fn import_of_a_revision_of_cycle_ends_and_is_refused() {
         }
     }
 }
+
+/// Once broke: the check followed `revision_of` only through rows of this store. `orig`
+/// edited into R1 and R1 into R2 elsewhere: the export of the pending rows holds only R2
+/// (`revision_of` R1, a row this store never had), and it went in beside `orig` pending,
+/// one event (the same event ID) replayable twice. So did an old export of `orig` into
+/// its own store after `prune` deleted the discarded `orig` and R1. A plain duplicate
+/// (the same event dead-lettered twice, no revision) still goes in.
+#[test]
+fn import_never_makes_an_original_and_a_revision_with_a_missing_middle_both_replayable() {
+    for b in BACKENDS {
+        let src = TestDb::migrated(b);
+        let mut mq = Rabbit::new();
+        let q = mq.queue("dlq_rev_gap");
+        add(&src, "orig", &q);
+        let before = export(&src, &[]);
+        let r1 = revise(&src, "orig");
+        let r2 = revise_again(&src, &r1);
+        let pending = export(&src, &["--state", "pending"]);
+        let (before, pending) = (
+            before.path().to_str().unwrap(),
+            pending.path().to_str().unwrap(),
+        );
+        refused_in_either_order(b, before, pending);
+        // The middle and the original pruned, then the old export of the original.
+        std::thread::sleep(std::time::Duration::from_millis(1200));
+        let r = src.dlq(&[
+            "prune",
+            "--older-than",
+            "1s",
+            "--state",
+            "discarded",
+            "--yes",
+        ]);
+        assert_eq!(r.json()["deleted"], 2, "{b:?} prune: {}", r.all());
+        let r = src.dlq(&["import", before]);
+        assert_eq!(r.code, 2, "{b:?} old original: {}", r.all());
+        assert!(r.all().contains("same event ID"), "{}", r.all());
+        assert_eq!(src.ids(&["--state", "all"]), vec![r2], "{b:?}");
+        // A plain duplicate of one event (no revision) goes in beside the original.
+        let dst = TestDb::migrated(b);
+        assert_eq!(dst.dlq(&["import", before]).code, 0, "{b:?}");
+        let mut twin = letter("orig-again", &q, br#"{"amount": "1,50"}"#);
+        twin["event_id"] = "evt-orig".into();
+        let r = dst.dlq_stdin(&["import", "-"], format!("{twin}\n").as_bytes());
+        assert_eq!(r.code, 0, "{b:?} plain duplicate: {}", r.all());
+        assert_eq!(dst.ids(&["--state", "pending"]).len(), 2, "{b:?}");
+    }
+}
