@@ -252,6 +252,55 @@ fn concurrent_imports_never_make_an_original_and_its_revision_both_replayable() 
     }
 }
 
+/// Once broke: on PostgreSQL a `restore` of a plainly discarded original, run while an
+/// import of its revision was between its live-pair check and its COMMIT, passed its
+/// not-revised guard (blind to the uncommitted revision; it took no lock) and both rows
+/// were pending. The import's COMMIT is held by a proxy once its check has run; the
+/// restore waits for it, then finds the revision and refuses.
+#[test]
+fn restore_racing_an_import_of_its_revision_never_makes_both_replayable() {
+    let src = TestDb::migrated(Backend::Postgres);
+    let mut mq = Rabbit::new();
+    let q = mq.queue("dlq_rev_restore_race");
+    add(&src, "orig", &q);
+    let before = export(&src, &[]);
+    let rev = revise(&src, "orig");
+    let revisions = export(&src, &["--revisions"]);
+    let dst = TestDb::migrated(Backend::Postgres);
+    assert_eq!(
+        dst.dlq(&["import", before.path().to_str().unwrap()]).code,
+        0
+    );
+    let r = dst.dlq(&["discard", "orig", "--note", "not now", "--yes"]);
+    assert_eq!(r.code, 0, "discard: {}", r.all());
+    let commit = b"Q\0\0\0\x0bCOMMIT\0".to_vec();
+    let proxy = Proxy::start(
+        "127.0.0.1:5432",
+        OnServerBytes::HoldClientBytes(commit, std::time::Duration::from_secs(5)),
+    );
+    let url = format!(
+        "{}?sslmode=disable",
+        dst.url.replace("127.0.0.1:5432", &proxy.addr())
+    );
+    let import = dst.spawn_env(
+        &["import", revisions.path().to_str().unwrap()],
+        &[("DLQ_DATABASE_URL", &url)],
+    );
+    let checked = "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+                   AND state = 'idle in transaction' AND query LIKE 'WITH RECURSIVE chain%'";
+    wait_until("the import's check", 60, || dst.scalar(checked) > 0);
+    // The restore may wait for the import's commit: longer than the default lock timeout.
+    let restore = dst.dlq_env(
+        &["restore", "orig", "--note", "after all", "--yes"],
+        &[("DLQ_LOCK_TIMEOUT", "60s")],
+    );
+    let import = Run::from(import.wait_with_output().unwrap());
+    assert_eq!(import.code, 0, "import: {}", import.all());
+    assert_eq!(restore.code, 3, "restore: {}", restore.all());
+    assert_eq!(dst.ids(&["--state", "pending"]), vec![rev]);
+    assert_eq!(dst.show("orig")["state"], "discarded");
+}
+
 /// Once broke: `edit --plan --plan-out` with a path it cannot write made every revision,
 /// then failed (exit 2, "bad arguments") with no summary and no plan of them: the
 /// reviewed plan was spent and nothing said which revisions to replay. The path is
