@@ -227,6 +227,15 @@ impl Dialect for Postgres {
         Self::push_ids(qb, ids);
     }
 
+    // Ids are TEXT.
+    fn id_named(col: &str, id: &str) -> String {
+        format!("{col} = {id}")
+    }
+
+    fn id_text(col: &str) -> String {
+        col.to_string()
+    }
+
     fn bucket(unit: Bucket) -> String {
         format!("date_trunc('{}', dead_lettered_at)", unit.unit())
     }

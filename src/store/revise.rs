@@ -170,12 +170,18 @@ pub(crate) enum Imported<'a> {
 /// itself. Two rows are copies of one event when they share an `anc` (a row no revision
 /// names shares nothing through itself, so it needs no seed). Seeded from the revision
 /// rows (a partial index) and the IDs they name, never every row; UNION, not UNION ALL,
-/// so that a crafted `revision_of` cycle ends.
-const CHAIN: &str = "WITH RECURSIVE chain(id, anc) AS (\
-     SELECT id, revision_of FROM dead_letters WHERE revision_of IS NOT NULL \
-     UNION SELECT revision_of, revision_of FROM dead_letters WHERE revision_of IS NOT NULL \
-     UNION SELECT chain.id, d.revision_of FROM chain JOIN dead_letters d ON d.id = chain.anc \
-     WHERE d.revision_of IS NOT NULL), ";
+/// so that a crafted `revision_of` cycle ends. A `revision_of` names a worker's BLOB id
+/// too ([`Dialect::id_named`]).
+fn chain<D: Dialect>() -> String {
+    format!(
+        "WITH RECURSIVE chain(id, anc) AS (\
+         SELECT id, revision_of FROM dead_letters WHERE revision_of IS NOT NULL \
+         UNION SELECT revision_of, revision_of FROM dead_letters WHERE revision_of IS NOT NULL \
+         UNION SELECT chain.id, d.revision_of FROM chain JOIN dead_letters d ON {} \
+         WHERE d.revision_of IS NOT NULL), ",
+        D::id_named("d.id", "chain.anc")
+    )
+}
 
 /// Two live copies of one event an import would leave ([`live_pair`]): `revision`
 /// descends from the copy they share, or carries `other`'s event ID (`event`).
@@ -192,7 +198,7 @@ pub(crate) struct LivePair {
 /// the revisions; a revision made elsewhere of an original revised here). The import
 /// refuses it ([`live_pair_refused`]). Copies are:
 ///
-/// - rows sharing an ancestor in [`CHAIN`]: a revision and an original it descends
+/// - rows sharing an ancestor in [`chain`]: a revision and an original it descends
 ///   from, or two revisions of one original however far down;
 /// - rows sharing `eff_event_id`, one of them a revision (an edit keeps the event ID):
 ///   the chain may be broken, its middle never exported (`export --state pending`) or
@@ -212,7 +218,7 @@ pub(crate) async fn live_pair<D: Dialect>(
     if let Imported::Ids([]) = imported {
         return Ok(None);
     }
-    let mut qb = QueryBuilder::new(CHAIN);
+    let mut qb = QueryBuilder::new(chain::<D>());
     qb.push("imp(id) AS (");
     match imported {
         Imported::Ids(ids) => {
@@ -231,26 +237,29 @@ pub(crate) async fn live_pair<D: Dialect>(
          WHERE r.revision_of IS NOT NULL), ",
     );
     // `kin`: the live rows probed, as the import leaves them.
-    qb.push(
-        "kin(id, eff, rev, replayed_at, imported) AS (SELECT d.id, d.eff_event_id, d.revision_of, ",
-    );
-    let discarded = match imported {
-        Imported::Ids(_) => {
-            qb.push("d.replayed_at, d.id IN (SELECT id FROM imp) FROM dead_letters d");
-            "d.discarded_at"
-        }
-        Imported::Staged(token) => {
-            qb.push(
-                "COALESCE(s.replayed_at, d.replayed_at), d.id IN (SELECT id FROM imp) \
-                     FROM dead_letters d LEFT JOIN dlq_import_rows s ON s.token = ",
-            );
-            D::bind(&mut qb, Bind::Text(token.to_string()));
-            qb.push(" AND s.id = d.id");
-            "COALESCE(s.discarded_at, d.discarded_at)"
-        }
+    qb.push(format!(
+        "kin(id, eff, rev, replayed_at, imported) AS (SELECT {}, d.eff_event_id, \
+         d.revision_of, ",
+        D::id_text("d.id")
+    ));
+    let (replayed, discarded) = match imported {
+        Imported::Ids(_) => ("d.replayed_at", "d.discarded_at"),
+        Imported::Staged(_) => (
+            "COALESCE(s.replayed_at, d.replayed_at)",
+            "COALESCE(s.discarded_at, d.discarded_at)",
+        ),
     };
     qb.push(format!(
-        " WHERE d.id IN (SELECT id FROM probe) AND {discarded} IS NULL), \
+        "{replayed}, d.id IN (SELECT id FROM imp) FROM probe p JOIN dead_letters d ON {}",
+        D::id_named("d.id", "p.id")
+    ));
+    if let Imported::Staged(token) = imported {
+        qb.push(" LEFT JOIN dlq_import_rows s ON s.token = ");
+        D::bind(&mut qb, Bind::Text(token.to_string()));
+        qb.push(" AND s.id = d.id");
+    }
+    qb.push(format!(
+        " WHERE {discarded} IS NULL), \
          live(id, anc, replayed_at, imported) AS (SELECT c.id, c.anc, k.replayed_at, \
          k.imported FROM chain c JOIN kin k ON k.id = c.id) \
          SELECT a.id AS rid, b.id AS oid, NULL AS event FROM live a \

@@ -560,3 +560,34 @@ fn import_never_makes_an_original_and_a_revision_with_a_missing_middle_both_repl
         assert_eq!(dst.ids(&["--state", "pending"]).len(), 2, "{b:?}");
     }
 }
+
+/// Once broke: a worker stored the original's `id` as a BLOB; an import of its revision
+/// (made with `--new-event-id`, so no event ID links them) found no row for its
+/// `revision_of` (a TEXT never equals a BLOB) and went in: once the id was made TEXT as
+/// dlq says to, both were pending.
+#[test]
+fn import_of_a_revision_finds_an_original_whose_id_a_worker_stored_as_bytes() {
+    let src = TestDb::migrated(Backend::Sqlite);
+    let q = unique("dlq_rev_blob");
+    add(&src, "orig", &q);
+    let r = src.dlq(&[
+        "edit",
+        "orig",
+        "--note",
+        "fix",
+        "--set",
+        r#"amount="1.50""#,
+        "--new-event-id",
+    ]);
+    assert_eq!(r.code, 0, "edit: {}", r.all());
+    let revisions = export(&src, &["--revisions"]);
+    let dst = TestDb::migrated(Backend::Sqlite);
+    dst.sql(&[&format!(
+        "INSERT INTO dead_letters (id, body, reason, attempts, headers_json, source_queue) \
+         VALUES (CAST('orig' AS BLOB), X'7b7d', 'retries_exhausted', 1, '{{}}', '{q}')"
+    )]);
+    let r = dst.dlq(&["import", revisions.path().to_str().unwrap()]);
+    assert_eq!(r.code, 2, "{}", r.all());
+    assert!(r.all().contains("copies of one event"), "{}", r.all());
+    assert_eq!(dst.scalar("SELECT count(*) FROM dead_letters"), 1);
+}
