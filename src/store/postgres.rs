@@ -31,16 +31,18 @@ const NOW: &str = "now()";
 /// token of this dlq ends in `:` and a UUID, so never matches.
 const V1_TOKEN: &str = "right(replay_claim_owner, 40) LIKE ':v1-%'";
 
-/// The advisory lock that orders imports' live-pair checks (any value; "dlq_impt"). An
-/// import that inserted rows takes it right before [`super::revise::live_pair`] and holds
-/// it to its commit, so two imports (an original, its revision) can no longer both pass a
-/// check blind to the other's uncommitted rows and both commit. The check relies on READ
-/// COMMITTED: it is a new statement, so its snapshot, taken once the lock is granted, sees
-/// the rows of the import that held it; the import's transaction says READ COMMITTED
-/// itself ([`Dialect::BEGIN_WRITE`]): under a REPEATABLE READ default the check read the
-/// snapshot of the first insert, and both imports committed. Taken after the inserts, so it is never held while
-/// waiting on another import's row (no deadlock) and only for the check and the commit.
-const IMPORT_CHECK_LOCK: i64 = 0x646c_715f_696d_7074;
+/// Takes the advisory lock that orders imports' live-pair checks (any value; "dlq_impt").
+/// An import that inserted rows takes it right before [`super::revise::live_pair`] and
+/// holds it to its commit, so two imports (an original, its revision) can no longer both
+/// pass a check blind to the other's uncommitted rows and both commit; a `restore` takes
+/// it before its guard ([`WriteDialect::BEFORE_RESTORE`]) for the same reason. The check
+/// relies on READ COMMITTED: it is a new statement, so its snapshot, taken once the lock
+/// is granted, sees the rows of the import that held it; the transactions say READ
+/// COMMITTED themselves ([`Dialect::BEGIN_WRITE`]): under a REPEATABLE READ default the
+/// check read the snapshot of the first insert, and both imports committed. Taken after
+/// the inserts, so it is never held while waiting on another import's row (no deadlock)
+/// and only for the check and the commit.
+const IMPORT_CHECK_LOCK: &str = "SELECT pg_advisory_xact_lock(x'646c715f696d7074'::bigint)";
 
 pub struct PgStore {
     pool: PgPool,
@@ -225,6 +227,15 @@ impl Dialect for Postgres {
         Self::push_ids(qb, ids);
     }
 
+    // Ids are TEXT.
+    fn id_named(col: &str, id: &str) -> String {
+        format!("{col} = {id}")
+    }
+
+    fn id_text(col: &str) -> String {
+        col.to_string()
+    }
+
     fn bucket(unit: Bucket) -> String {
         format!("date_trunc('{}', dead_lettered_at)", unit.unit())
     }
@@ -330,6 +341,7 @@ impl WriteDialect for Postgres {
     const LEASE_END: &'static str = "replay_claim_expires_at";
     const V1_TOKEN: &'static str = V1_TOKEN;
     const STEP_OPEN: &'static str = "WITH c AS (";
+    const BEFORE_RESTORE: Option<&'static str> = Some(IMPORT_CHECK_LOCK);
 
     fn lease_ended_now() -> String {
         "LEAST(replay_claim_expires_at, now())".into()
@@ -344,16 +356,32 @@ impl WriteDialect for Postgres {
 
 impl PgStore {
     /// Runs a write of [`protocol`] and the history of the rows it changed as one
-    /// statement (the UPDATE is the CTE `c` that [`WriteDialect::STEP_OPEN`] opened).
+    /// statement (the UPDATE is the CTE `c` that [`WriteDialect::STEP_OPEN`] opened);
+    /// with `first`, after it in one transaction ([`Dialect::BEGIN_WRITE`]).
     async fn step(
         &self,
+        first: Option<&str>,
         mut qb: QueryBuilder<'static, Postgres>,
         history: &[NewHistory],
     ) -> Result<Vec<PgRow>> {
         qb.push("), h AS (");
         push_history(&mut qb, history);
         qb.push(" WHERE e.dead_letter_id IN (SELECT id FROM c)) SELECT * FROM c");
-        qb.build().fetch_all(&self.pool).await.map_err(db_error)
+        let Some(first) = first else {
+            return qb.build().fetch_all(&self.pool).await.map_err(db_error);
+        };
+        let mut tx = self
+            .pool
+            .begin_with(<Postgres as Dialect>::BEGIN_WRITE)
+            .await
+            .map_err(db_error)?;
+        sqlx::query(first)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?;
+        let rows = qb.build().fetch_all(&mut *tx).await.map_err(db_error)?;
+        tx.commit().await.map_err(db_error)?;
+        Ok(rows)
     }
 
     /// A step that returns the IDs it changed.
@@ -362,7 +390,17 @@ impl PgStore {
         qb: QueryBuilder<'static, Postgres>,
         history: &[NewHistory],
     ) -> Result<Vec<String>> {
-        self.step(qb, history)
+        self.ids_step_after(None, qb, history).await
+    }
+
+    /// [`Self::ids_step`], after `first` in the same transaction.
+    async fn ids_step_after(
+        &self,
+        first: Option<&str>,
+        qb: QueryBuilder<'static, Postgres>,
+        history: &[NewHistory],
+    ) -> Result<Vec<String>> {
+        self.step(first, qb, history)
             .await?
             .iter()
             .map(|r| r.try_get("id"))
@@ -460,8 +498,7 @@ impl Store for PgStore {
             }
         }
         if !imported.is_empty() {
-            sqlx::query("SELECT pg_advisory_xact_lock($1)")
-                .bind(IMPORT_CHECK_LOCK)
+            sqlx::query(IMPORT_CHECK_LOCK)
                 .execute(&mut *tx)
                 .await
                 .map_err(db_error)?;
@@ -484,7 +521,7 @@ impl Store for PgStore {
         history: &[NewHistory],
     ) -> Result<Vec<Claimed>> {
         let rows = self
-            .step(protocol::claim(ids, token, lease), history)
+            .step(None, protocol::claim(ids, token, lease), history)
             .await?;
         rows.iter()
             .map(claimed_row::<Postgres>)
@@ -580,7 +617,9 @@ impl Store for PgStore {
     }
 
     async fn restore(&self, ids: &[String], history: &[NewHistory]) -> Result<Vec<String>> {
-        self.ids_step(protocol::restore(ids), history).await
+        let first = <Postgres as WriteDialect>::BEFORE_RESTORE;
+        self.ids_step_after(first, protocol::restore(ids), history)
+            .await
     }
 
     async fn prune_batch(

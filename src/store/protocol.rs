@@ -22,6 +22,12 @@ pub(crate) trait WriteDialect: Dialect {
     /// Pushed before the UPDATE: the store's way of committing the history with it
     /// (PostgreSQL wraps the UPDATE in a CTE; SQLite runs both in one transaction).
     const STEP_OPEN: &'static str;
+    /// Run first in a restore's transaction, before its UPDATE (`None`: the UPDATE alone).
+    /// A restore makes a row live again, as an import may: PostgreSQL takes the lock an
+    /// import holds from its live-pair check to its COMMIT, so the guard (a new statement,
+    /// READ COMMITTED) sees a revision that import brought. SQLite's BEGIN IMMEDIATE
+    /// already serialises the restore with the import's commit point.
+    const BEFORE_RESTORE: Option<&'static str>;
     /// The earlier of the lease end and now: a lease ended now, never lengthened.
     fn lease_ended_now() -> String;
     /// The clock plus `d`.
@@ -192,7 +198,8 @@ pub(crate) fn discard<D: WriteDialect>(ids: &[String], note: &str) -> Update<D> 
 }
 
 /// Discarded rows pending again, unless a revision was made of them (its revision
-/// carries the event: both could then be replayed).
+/// carries the event: both could then be replayed). Run after
+/// [`WriteDialect::BEFORE_RESTORE`], in its transaction.
 pub(crate) fn restore<D: WriteDialect>(ids: &[String]) -> Update<D> {
     let mut qb = update::<D>("discarded_at = NULL, discard_note = NULL");
     push_where(&mut qb, ids);

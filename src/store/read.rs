@@ -164,6 +164,13 @@ pub trait Dialect: Database {
     /// `id` is exactly one of `ids`, as every write matches it (SQLite: as TEXT, never a
     /// BLOB, so a write never matches a worker's twin of an ID).
     fn push_exact_ids(qb: &mut QueryBuilder<'static, Self>, ids: &[String]);
+    /// The row `col` (an `id`) is the one the TEXT `id` names, as `revision_of` does
+    /// (SQLite: or a worker's BLOB id of the same bytes, which names the same dead
+    /// letter; two equalities, so each is a probe of the primary key).
+    fn id_named(col: &str, id: &str) -> String;
+    /// The `id` column `col` as TEXT (SQLite: a worker's BLOB id cast, so that it equals
+    /// the TEXT naming it).
+    fn id_text(col: &str) -> String;
     /// The start of the hour or day (`unit`) of `dead_lettered_at`.
     fn bucket(unit: Bucket) -> String;
     /// `doc` contains `needle` (bytes for the body, text otherwise).

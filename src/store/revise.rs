@@ -8,7 +8,8 @@
 //! revision can never both be published.
 //!
 //! An import's check for two live copies of one event ([`live_pair`]) is here too: the
-//! edit keeps one copy live, the import must not bring a second.
+//! edit keeps one copy live, the import must not bring a second. Copies are found by
+//! the revision chain and, where a chain is broken, by the event ID an edit keeps.
 
 use super::read::{push_binds, state_of, Backend, Bind, Decoded, Dialect, NotUtf8};
 use super::NewDeadLetter;
@@ -169,71 +170,136 @@ pub(crate) enum Imported<'a> {
 /// itself. Two rows are copies of one event when they share an `anc` (a row no revision
 /// names shares nothing through itself, so it needs no seed). Seeded from the revision
 /// rows (a partial index) and the IDs they name, never every row; UNION, not UNION ALL,
-/// so that a crafted `revision_of` cycle ends.
-const CHAIN: &str = "WITH RECURSIVE chain(id, anc) AS (\
-     SELECT id, revision_of FROM dead_letters WHERE revision_of IS NOT NULL \
-     UNION SELECT revision_of, revision_of FROM dead_letters WHERE revision_of IS NOT NULL \
-     UNION SELECT chain.id, d.revision_of FROM chain JOIN dead_letters d ON d.id = chain.anc \
-     WHERE d.revision_of IS NOT NULL), ";
+/// so that a crafted `revision_of` cycle ends. A `revision_of` names a worker's BLOB id
+/// too ([`Dialect::id_named`]).
+fn chain<D: Dialect>() -> String {
+    format!(
+        "WITH RECURSIVE chain(id, anc) AS (\
+         SELECT id, revision_of FROM dead_letters WHERE revision_of IS NOT NULL \
+         UNION SELECT revision_of, revision_of FROM dead_letters WHERE revision_of IS NOT NULL \
+         UNION SELECT chain.id, d.revision_of FROM chain JOIN dead_letters d ON {} \
+         WHERE d.revision_of IS NOT NULL), ",
+        D::id_named("d.id", "chain.anc")
+    )
+}
 
-/// After an import, in its transaction: two copies of one event (rows sharing an
-/// ancestor in [`CHAIN`]: a revision and an original it descends from, or two revisions
-/// of one original however far down), one of them imported now, neither set aside
-/// (discarded) nor both replayed, so that the event could go out through both (an export
-/// of the original taken before its edits beside the export of the revisions; a revision
-/// made elsewhere of an original revised here). The import refuses it
-/// ([`live_pair_refused`]). The first ID is a revision descending from the shared one.
+/// Two live copies of one event an import would leave ([`live_pair`]): `revision`
+/// descends from the copy they share, or carries `other`'s event ID (`event`).
+pub(crate) struct LivePair {
+    pub revision: String,
+    pub other: String,
+    /// The shared event ID when only that links them (no chain of this store does).
+    pub event: Option<String>,
+}
+
+/// After an import, in its transaction: two copies of one event, one of them imported
+/// now, neither set aside (discarded) nor both replayed, so that the event could go out
+/// through both (an export of the original taken before its edits beside the export of
+/// the revisions; a revision made elsewhere of an original revised here). The import
+/// refuses it ([`live_pair_refused`]). Copies are:
+///
+/// - rows sharing an ancestor in [`chain`]: a revision and an original it descends
+///   from, or two revisions of one original however far down;
+/// - rows sharing `eff_event_id`, one of them a revision (an edit keeps the event ID):
+///   the chain may be broken, its middle never exported (`export --state pending`) or
+///   pruned. Two rows of one event ID and no revision are the same event dead-lettered
+///   twice: allowed, as a worker's inserts are.
+///
+/// Not caught: a revision made with `--new-event-id` whose chain is broken here (its
+/// middle absent): nothing left links it to the original.
+///
+/// Cheap: the rows looked at (`probe`) are the chains' (the revision rows, a partial
+/// index, and the IDs they name), the imported rows, and the rows of an imported
+/// revision's event ID (its index), never every row.
 pub(crate) async fn live_pair<D: Dialect>(
     conn: &mut D::Connection,
     imported: Imported<'_>,
-) -> Decoded<Option<(String, String)>> {
+) -> Decoded<Option<LivePair>> {
     if let Imported::Ids([]) = imported {
         return Ok(None);
     }
-    let mut qb = QueryBuilder::new(CHAIN);
-    // `kin`: the live rows of the chains, as the import leaves them. Probed by ID (the
-    // chains' IDs, not every row); `live`: each with its ancestors.
-    qb.push("kin(id, replayed_at, imported) AS (SELECT d.id, ");
-    let discarded = match imported {
+    let mut qb = QueryBuilder::new(chain::<D>());
+    qb.push("imp(id) AS (");
+    match imported {
         Imported::Ids(ids) => {
-            qb.push("d.replayed_at, d.id IN (SELECT id FROM dead_letters WHERE ");
+            qb.push("SELECT id FROM dead_letters WHERE ");
             D::push_ids(&mut qb, ids);
-            qb.push(") FROM dead_letters d");
-            "d.discarded_at"
         }
         Imported::Staged(token) => {
-            qb.push("COALESCE(s.replayed_at, d.replayed_at), d.replay_claim_owner = ");
+            qb.push("SELECT id FROM dlq_import_rows WHERE token = ");
             D::bind(&mut qb, Bind::Text(token.to_string()));
-            qb.push(" FROM dead_letters d LEFT JOIN dlq_import_rows s ON s.token = ");
-            D::bind(&mut qb, Bind::Text(token.to_string()));
-            qb.push(" AND s.id = d.id");
-            "COALESCE(s.discarded_at, d.discarded_at)"
         }
+    }
+    qb.push(
+        "), probe(id) AS (SELECT id FROM chain UNION SELECT id FROM imp \
+         UNION SELECT d.id FROM imp i JOIN dead_letters r ON r.id = i.id \
+         JOIN dead_letters d ON d.eff_event_id = r.eff_event_id \
+         WHERE r.revision_of IS NOT NULL), ",
+    );
+    // `kin`: the live rows probed, as the import leaves them.
+    qb.push(format!(
+        "kin(id, eff, rev, replayed_at, imported) AS (SELECT {}, d.eff_event_id, \
+         d.revision_of, ",
+        D::id_text("d.id")
+    ));
+    let (replayed, discarded) = match imported {
+        Imported::Ids(_) => ("d.replayed_at", "d.discarded_at"),
+        Imported::Staged(_) => (
+            "COALESCE(s.replayed_at, d.replayed_at)",
+            "COALESCE(s.discarded_at, d.discarded_at)",
+        ),
     };
     qb.push(format!(
-        " WHERE d.id IN (SELECT id FROM chain) AND {discarded} IS NULL), \
+        "{replayed}, d.id IN (SELECT id FROM imp) FROM probe p JOIN dead_letters d ON {}",
+        D::id_named("d.id", "p.id")
+    ));
+    if let Imported::Staged(token) = imported {
+        qb.push(" LEFT JOIN dlq_import_rows s ON s.token = ");
+        D::bind(&mut qb, Bind::Text(token.to_string()));
+        qb.push(" AND s.id = d.id");
+    }
+    qb.push(format!(
+        " WHERE {discarded} IS NULL), \
          live(id, anc, replayed_at, imported) AS (SELECT c.id, c.anc, k.replayed_at, \
          k.imported FROM chain c JOIN kin k ON k.id = c.id) \
-         SELECT a.id AS rid, b.id AS oid FROM live a \
+         SELECT a.id AS rid, b.id AS oid, NULL AS event FROM live a \
          JOIN live b ON b.anc = a.anc AND b.id <> a.id \
          WHERE a.anc <> a.id AND (a.replayed_at IS NULL OR b.replayed_at IS NULL) \
+         AND (a.imported OR b.imported) \
+         UNION ALL SELECT a.id, b.id, a.eff FROM kin a \
+         JOIN kin b ON b.eff = a.eff AND b.id <> a.id \
+         WHERE a.rev IS NOT NULL AND (a.replayed_at IS NULL OR b.replayed_at IS NULL) \
          AND (a.imported OR b.imported) LIMIT 1"
     ));
     let rows = D::fetch(conn, qb.build()).try_collect::<Vec<_>>().await?;
     let Some(row) = rows.first() else {
         return Ok(None);
     };
-    let text = |col| D::text(row, col, NotUtf8::Escape).map(Option::unwrap_or_default);
-    Ok(Some((text("rid")?, text("oid")?)))
+    let text = |col| D::text(row, col, NotUtf8::Escape);
+    Ok(Some(LivePair {
+        revision: text("rid")?.unwrap_or_default(),
+        other: text("oid")?.unwrap_or_default(),
+        event: text("event")?,
+    }))
 }
 
 /// Why an import with a [`live_pair`] imported nothing.
-pub(crate) fn live_pair_refused((rid, oid): (String, String)) -> DlqError {
-    DlqError::usage(
-        words(format!(
-            "dead letters {rid:?} and {oid:?} are copies of one event (a revision and an original it descends from, or revisions of one original), and neither is set aside: both could be replayed, one event twice (nothing was imported); import the original as "
-        ))
-        .cmd(Cmd::Export)
-        .text(" writes it after the edit (discarded), or leave one of them out"),
-    )
+pub(crate) fn live_pair_refused(pair: LivePair) -> DlqError {
+    let LivePair {
+        revision: rid,
+        other: oid,
+        event,
+    } = pair;
+    let Some(event) = event else {
+        return DlqError::usage(
+            words(format!(
+                "dead letters {rid:?} and {oid:?} are copies of one event (a revision and an original it descends from, or revisions of one original), and neither is set aside: both could be replayed, one event twice (nothing was imported); import the original as "
+            ))
+            .cmd(Cmd::Export)
+            .text(" writes it after the edit (discarded), or leave one of them out"),
+        );
+    };
+    DlqError::usage(format!(
+        "dead letters {rid:?} and {oid:?} are copies of one event (the same event ID {event:?}, and {rid:?} a revision, made by an edit), and neither is set aside: both could be replayed, one event twice (nothing was imported); leave one of them out, or set the one already here aside (discard it) first"
+    ))
 }

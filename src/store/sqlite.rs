@@ -125,14 +125,21 @@ impl SqliteStore {
             .map_err(self.err())
     }
 
-    /// Runs a write of [`protocol`] and the history of the rows it changed in one write
-    /// transaction; returns the rows it RETURNed.
+    /// Runs a write of [`protocol`] (after `first`, if any) and the history of the rows
+    /// it changed in one write transaction; returns the rows it RETURNed.
     async fn step(
         &self,
+        first: Option<&str>,
         mut qb: QueryBuilder<'static, Sqlite>,
         history: &[NewHistory],
     ) -> Result<Vec<sqlx::sqlite::SqliteRow>> {
         let mut tx = self.begin_write().await?;
+        if let Some(first) = first {
+            sqlx::query(first)
+                .execute(&mut *tx)
+                .await
+                .map_err(self.err())?;
+        }
         let rows = qb.build().fetch_all(&mut *tx).await.map_err(self.err())?;
         let changed = rows
             .iter()
@@ -156,7 +163,17 @@ impl SqliteStore {
         qb: QueryBuilder<'static, Sqlite>,
         history: &[NewHistory],
     ) -> Result<Vec<String>> {
-        self.step(qb, history)
+        self.ids_step_after(None, qb, history).await
+    }
+
+    /// [`Self::ids_step`], after `first` in the same transaction.
+    async fn ids_step_after(
+        &self,
+        first: Option<&str>,
+        qb: QueryBuilder<'static, Sqlite>,
+        history: &[NewHistory],
+    ) -> Result<Vec<String>> {
+        self.step(first, qb, history)
             .await?
             .iter()
             .map(|r| {
@@ -172,6 +189,8 @@ impl WriteDialect for Sqlite {
     const LEASE_END: &'static str = LEASE_END;
     const V1_TOKEN: &'static str = V1_TOKEN;
     const STEP_OPEN: &'static str = "";
+    // BEGIN IMMEDIATE: the import's commit point (its check) and a restore are serialised.
+    const BEFORE_RESTORE: Option<&'static str> = None;
 
     fn lease_ended_now() -> String {
         format!("min(COALESCE({LEASE_END}, {NOW_US}), {NOW_US})")
@@ -294,7 +313,7 @@ impl Store for SqliteStore {
         // No body over 1 MiB (claimed_columns): SQLite materializes every RETURNING row
         // before the first is read.
         let rows = self
-            .step(protocol::claim(ids, token, lease), history)
+            .step(None, protocol::claim(ids, token, lease), history)
             .await?;
         rows.iter()
             .map(claimed_row::<Sqlite>)
@@ -449,7 +468,9 @@ impl Store for SqliteStore {
     }
 
     async fn restore(&self, ids: &[String], history: &[NewHistory]) -> Result<Vec<String>> {
-        self.ids_step(protocol::restore(ids), history).await
+        let first = <Sqlite as WriteDialect>::BEFORE_RESTORE;
+        self.ids_step_after(first, protocol::restore(ids), history)
+            .await
     }
 
     async fn prune_batch(

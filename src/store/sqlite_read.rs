@@ -170,6 +170,14 @@ impl Dialect for Sqlite {
         qb.push(EXACT_IDS[1]);
     }
 
+    fn id_named(col: &str, id: &str) -> String {
+        format!("({col} = {id} OR {col} = CAST({id} AS BLOB))")
+    }
+
+    fn id_text(col: &str) -> String {
+        format!("CAST({col} AS TEXT)")
+    }
+
     fn bucket(unit: Bucket) -> String {
         let size = unit.micros();
         format!("({DEAD_LETTERED_AT} / {size}) * {size}")

@@ -252,6 +252,55 @@ fn concurrent_imports_never_make_an_original_and_its_revision_both_replayable() 
     }
 }
 
+/// Once broke: on PostgreSQL a `restore` of a plainly discarded original, run while an
+/// import of its revision was between its live-pair check and its COMMIT, passed its
+/// not-revised guard (blind to the uncommitted revision; it took no lock) and both rows
+/// were pending. The import's COMMIT is held by a proxy once its check has run; the
+/// restore waits for it, then finds the revision and refuses.
+#[test]
+fn restore_racing_an_import_of_its_revision_never_makes_both_replayable() {
+    let src = TestDb::migrated(Backend::Postgres);
+    let mut mq = Rabbit::new();
+    let q = mq.queue("dlq_rev_restore_race");
+    add(&src, "orig", &q);
+    let before = export(&src, &[]);
+    let rev = revise(&src, "orig");
+    let revisions = export(&src, &["--revisions"]);
+    let dst = TestDb::migrated(Backend::Postgres);
+    assert_eq!(
+        dst.dlq(&["import", before.path().to_str().unwrap()]).code,
+        0
+    );
+    let r = dst.dlq(&["discard", "orig", "--note", "not now", "--yes"]);
+    assert_eq!(r.code, 0, "discard: {}", r.all());
+    let commit = b"Q\0\0\0\x0bCOMMIT\0".to_vec();
+    let proxy = Proxy::start(
+        "127.0.0.1:5432",
+        OnServerBytes::HoldClientBytes(commit, std::time::Duration::from_secs(5)),
+    );
+    let url = format!(
+        "{}?sslmode=disable",
+        dst.url.replace("127.0.0.1:5432", &proxy.addr())
+    );
+    let import = dst.spawn_env(
+        &["import", revisions.path().to_str().unwrap()],
+        &[("DLQ_DATABASE_URL", &url)],
+    );
+    let checked = "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+                   AND state = 'idle in transaction' AND query LIKE 'WITH RECURSIVE chain%'";
+    wait_until("the import's check", 60, || dst.scalar(checked) > 0);
+    // The restore may wait for the import's commit: longer than the default lock timeout.
+    let restore = dst.dlq_env(
+        &["restore", "orig", "--note", "after all", "--yes"],
+        &[("DLQ_LOCK_TIMEOUT", "60s")],
+    );
+    let import = Run::from(import.wait_with_output().unwrap());
+    assert_eq!(import.code, 0, "import: {}", import.all());
+    assert_eq!(restore.code, 3, "restore: {}", restore.all());
+    assert_eq!(dst.ids(&["--state", "pending"]), vec![rev]);
+    assert_eq!(dst.show("orig")["state"], "discarded");
+}
+
 /// Once broke: `edit --plan --plan-out` with a path it cannot write made every revision,
 /// then failed (exit 2, "bad arguments") with no summary and no plan of them: the
 /// reviewed plan was spent and nothing said which revisions to replay. The path is
@@ -462,4 +511,83 @@ fn import_of_a_revision_of_cycle_ends_and_is_refused() {
             assert_eq!(dst.ids(&["--state", "pending"]), vec!["a"], "{b:?}");
         }
     }
+}
+
+/// Once broke: the check followed `revision_of` only through rows of this store. `orig`
+/// edited into R1 and R1 into R2 elsewhere: the export of the pending rows holds only R2
+/// (`revision_of` R1, a row this store never had), and it went in beside `orig` pending,
+/// one event (the same event ID) replayable twice. So did an old export of `orig` into
+/// its own store after `prune` deleted the discarded `orig` and R1. A plain duplicate
+/// (the same event dead-lettered twice, no revision) still goes in.
+#[test]
+fn import_never_makes_an_original_and_a_revision_with_a_missing_middle_both_replayable() {
+    for b in BACKENDS {
+        let src = TestDb::migrated(b);
+        let mut mq = Rabbit::new();
+        let q = mq.queue("dlq_rev_gap");
+        add(&src, "orig", &q);
+        let before = export(&src, &[]);
+        let r1 = revise(&src, "orig");
+        let r2 = revise_again(&src, &r1);
+        let pending = export(&src, &["--state", "pending"]);
+        let (before, pending) = (
+            before.path().to_str().unwrap(),
+            pending.path().to_str().unwrap(),
+        );
+        refused_in_either_order(b, before, pending);
+        // The middle and the original pruned, then the old export of the original.
+        std::thread::sleep(std::time::Duration::from_millis(1200));
+        let r = src.dlq(&[
+            "prune",
+            "--older-than",
+            "1s",
+            "--state",
+            "discarded",
+            "--yes",
+        ]);
+        assert_eq!(r.json()["deleted"], 2, "{b:?} prune: {}", r.all());
+        let r = src.dlq(&["import", before]);
+        assert_eq!(r.code, 2, "{b:?} old original: {}", r.all());
+        assert!(r.all().contains("same event ID"), "{}", r.all());
+        assert_eq!(src.ids(&["--state", "all"]), vec![r2], "{b:?}");
+        // A plain duplicate of one event (no revision) goes in beside the original.
+        let dst = TestDb::migrated(b);
+        assert_eq!(dst.dlq(&["import", before]).code, 0, "{b:?}");
+        let mut twin = letter("orig-again", &q, br#"{"amount": "1,50"}"#);
+        twin["event_id"] = "evt-orig".into();
+        let r = dst.dlq_stdin(&["import", "-"], format!("{twin}\n").as_bytes());
+        assert_eq!(r.code, 0, "{b:?} plain duplicate: {}", r.all());
+        assert_eq!(dst.ids(&["--state", "pending"]).len(), 2, "{b:?}");
+    }
+}
+
+/// Once broke: a worker stored the original's `id` as a BLOB; an import of its revision
+/// (made with `--new-event-id`, so no event ID links them) found no row for its
+/// `revision_of` (a TEXT never equals a BLOB) and went in: once the id was made TEXT as
+/// dlq says to, both were pending.
+#[test]
+fn import_of_a_revision_finds_an_original_whose_id_a_worker_stored_as_bytes() {
+    let src = TestDb::migrated(Backend::Sqlite);
+    let q = unique("dlq_rev_blob");
+    add(&src, "orig", &q);
+    let r = src.dlq(&[
+        "edit",
+        "orig",
+        "--note",
+        "fix",
+        "--set",
+        r#"amount="1.50""#,
+        "--new-event-id",
+    ]);
+    assert_eq!(r.code, 0, "edit: {}", r.all());
+    let revisions = export(&src, &["--revisions"]);
+    let dst = TestDb::migrated(Backend::Sqlite);
+    dst.sql(&[&format!(
+        "INSERT INTO dead_letters (id, body, reason, attempts, headers_json, source_queue) \
+         VALUES (CAST('orig' AS BLOB), X'7b7d', 'retries_exhausted', 1, '{{}}', '{q}')"
+    )]);
+    let r = dst.dlq(&["import", revisions.path().to_str().unwrap()]);
+    assert_eq!(r.code, 2, "{}", r.all());
+    assert!(r.all().contains("copies of one event"), "{}", r.all());
+    assert_eq!(dst.scalar("SELECT count(*) FROM dead_letters"), 1);
 }
