@@ -236,9 +236,11 @@ pub(crate) async fn live_pair<D: Dialect>(
          JOIN dead_letters d ON d.eff_event_id = r.eff_event_id \
          WHERE r.revision_of IS NOT NULL), ",
     );
-    // `kin`: the live rows probed, as the import leaves them.
+    // `kin`: the live rows probed, as the import leaves them. MATERIALIZED: SQLite 3.46
+    // otherwise computed it again inside the pair join, for every row of an import (an
+    // import of 40,000 rows ran for 20 minutes).
     qb.push(format!(
-        "kin(id, eff, rev, replayed_at, imported) AS (SELECT {}, d.eff_event_id, \
+        "kin(id, eff, rev, replayed_at, imported) AS MATERIALIZED (SELECT {}, d.eff_event_id, \
          d.revision_of, ",
         D::id_text("d.id")
     ));
