@@ -3,7 +3,7 @@
 //! before its row has committed.
 
 use super::batch::StoredBatch;
-use super::park::{self, Parked};
+use super::park::{self, Copy, Parked};
 use super::session::{broker_text, Held, Session};
 use super::{CaptureOptions, CaptureSummary, Event};
 use crate::broker::Publisher;
@@ -57,18 +57,17 @@ pub(super) async fn settle(
         };
         for (n, (i, why)) in refused.iter().enumerate() {
             let h = &batch[*i];
-            if parking.parked.holds(h) {
-                summary.already_there += 1;
-                on_event(Event::ParkedBefore { why });
-                continue;
-            }
+            let copy = match parking.parked.holds(h) {
+                true => Copy::MaybeSecond,
+                false => Copy::First,
+            };
             on_event(Event::Parking);
-            if let Err(e) = park::park_one(opts, park, h, why, parking.publisher).await {
+            if let Err(e) = park::park_one(opts, park, h, why, copy, parking.publisher).await {
                 return Err(also_parked(opts, park, n, e));
             }
             parking.parked.remember(h);
             summary.parked += 1;
-            on_event(Event::Parked { why });
+            on_event(Event::Parked { why, copy });
         }
     }
     ack_all(session, opts, &batch).await

@@ -19,6 +19,7 @@ mod batch;
 mod key;
 mod letter;
 mod park;
+pub use park::Copy as ParkCopy;
 mod session;
 
 pub use batch::STORING;
@@ -48,6 +49,9 @@ pub const MAX_BATCH_BYTES: usize = 32 * 1024 * 1024;
 
 /// The header a parked message gets, saying why it could not be stored.
 pub const PARK_ERROR_HEADER: &str = "x-dlq-capture-error";
+/// The header a park carries when this run parked a message with its key before (its
+/// batch's ack lost): the parking queue may hold it twice.
+pub const POSSIBLE_DUPLICATE_HEADER: &str = "x-dlq-possible-duplicate";
 
 #[derive(Debug, Clone)]
 pub struct CaptureOptions {
@@ -117,8 +121,7 @@ pub struct CaptureSummary {
     pub queue: String,
     /// Rows inserted by this run.
     pub captured: u64,
-    /// Redeliveries of messages that already had a row, or that this run had parked:
-    /// acked, nothing written.
+    /// Redeliveries of messages that already had a row: acked, nothing inserted.
     pub already_there: u64,
     /// Messages that could not be stored, moved to the parking queue.
     pub parked: u64,
@@ -154,11 +157,9 @@ pub enum Event<'a> {
     /// A message that cannot be stored is being published to the parking queue: until
     /// its batch is acked it may be there and still in its own queue.
     Parking,
-    /// A message could not be stored and was moved to the parking queue.
-    Parked { why: &'a str },
-    /// A message that cannot be stored came back after a lost ack, and this run had
-    /// parked it (confirmed): acked, not parked twice (counted `already_there`).
-    ParkedBefore { why: &'a str },
+    /// A message could not be stored and was moved to the parking queue; `copy`:
+    /// whether this run had parked a message with its key before (a lost ack).
+    Parked { why: &'a str, copy: ParkCopy },
     /// The broker or the database went away; the next attempt is in `wait`.
     Reconnecting { why: &'a str, wait: Duration },
     /// Consuming (again) from `host`.

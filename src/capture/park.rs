@@ -5,7 +5,7 @@
 
 use super::key::capture_key;
 use super::session::Held;
-use super::{CaptureOptions, PARK_ERROR_HEADER};
+use super::{CaptureOptions, PARK_ERROR_HEADER, POSSIBLE_DUPLICATE_HEADER};
 use crate::broker::codec::headers_to_json;
 use crate::broker::connect::ConnectError;
 use crate::broker::{OutgoingMessage, PublishResult, Publisher, PublisherOptions, Target};
@@ -16,10 +16,11 @@ use std::collections::{HashSet, VecDeque};
 
 /// The messages this run parked, by capture key. A park is confirmed before its batch is
 /// acked, and an ack may be lost with its connection: the message then comes back,
-/// flagged redelivered, though the parking queue holds it already. Such a one is acked
-/// without a second park, as a redelivery of a stored message is acked without a second
-/// row. Bounded: the oldest keys are forgotten (a message forgotten so is parked again,
-/// at least once, as a rerun would).
+/// flagged redelivered, though the parking queue holds it already. It is parked again
+/// all the same, marked ([`POSSIBLE_DUPLICATE_HEADER`]) and said: a redelivery cannot be
+/// told from another message with the same key, and acking that one unparked would lose
+/// it, while a second copy in the parking queue can be dropped by hand. Bounded: the
+/// oldest keys are forgotten (such a message is parked again unmarked, as a rerun does).
 #[derive(Default)]
 pub(super) struct Parked {
     keys: HashSet<String>,
@@ -47,6 +48,14 @@ impl Parked {
     pub(super) fn holds(&self, h: &Held) -> bool {
         h.redelivered && !self.keys.is_empty() && self.keys.contains(&key_of(h))
     }
+}
+
+/// Which park of a message this may be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Copy {
+    First,
+    /// This run parked a message with its key before: a second copy, likely.
+    MaybeSecond,
 }
 
 /// What identifies a held message across redeliveries (see [`capture_key`]).
@@ -96,6 +105,7 @@ pub(super) async fn park_one(
     park: &str,
     h: &Held,
     why: &str,
+    copy: Copy,
     parker: &mut Option<Publisher>,
 ) -> Result<()> {
     let fail = |e: Words| {
@@ -122,6 +132,12 @@ pub(super) async fn park_one(
         PARK_ERROR_HEADER.into(),
         AMQPValue::LongString(LongString::from(why.to_string())),
     );
+    if copy == Copy::MaybeSecond {
+        headers.insert(
+            POSSIBLE_DUPLICATE_HEADER.into(),
+            AMQPValue::LongString(LongString::from("true")),
+        );
+    }
     let msg = OutgoingMessage {
         body: &h.body,
         headers,

@@ -5,7 +5,9 @@ use super::output::say;
 use super::Result;
 use super::{Ctx, Format};
 use clap::Args;
-use dlq::capture::{capture, CaptureOptions, CaptureSummary, Event, Stopped};
+use dlq::capture::{
+    capture, CaptureOptions, CaptureSummary, Event, ParkCopy, Stopped, POSSIBLE_DUPLICATE_HEADER,
+};
 use dlq::error::DlqError;
 use dlq::model::validate_filter_value;
 use dlq::publisher::ConnectOptions;
@@ -153,14 +155,15 @@ pub async fn run(ctx: &Ctx, args: CaptureArgs) -> Result<u8> {
             parking = false;
         }
         Event::Parking => parking = true,
-        Event::Parked { why } => say(format!(
-            "dlq: moved a message to {}: {}",
+        Event::Parked { why, copy } => say(format!(
+            "dlq: moved a message to {}{}: {}",
             line(opts.park_queue.as_deref().unwrap_or_default()),
-            line(why)
-        )),
-        Event::ParkedBefore { why } => say(format!(
-            "dlq: a message came back after its ack was lost, and this run had moved it to {} already (confirmed): acked, not moved twice: {}",
-            line(opts.park_queue.as_deref().unwrap_or_default()),
+            match copy {
+                ParkCopy::First => String::new(),
+                ParkCopy::MaybeSecond => format!(
+                    " again: this run had moved it there before its ack was lost, so it may be there twice (this copy has the header {POSSIBLE_DUPLICATE_HEADER})"
+                ),
+            },
             line(why)
         )),
         Event::Reconnecting { why, wait } => say(format!(
