@@ -61,11 +61,16 @@ pub(super) struct CameBack {
     known: Known,
 }
 
+/// How far before the run's start the watch reads: a broker's `x-death` time, which
+/// capture stores, is whole seconds by the broker's clock, so a message the run sent
+/// and dead-lettered in its first second was stamped before the database's start.
+const BEFORE_START: chrono::Duration = chrono::Duration::seconds(5);
+
 impl Watch {
-    /// Watches the dead letters written after `started`.
+    /// Watches the dead letters written after `started` (less [`BEFORE_START`]).
     pub(super) fn new(started: DateTime<Utc>) -> Self {
         Watch {
-            after: (started, String::new()),
+            after: (started - BEFORE_START, String::new()),
             rows: HashMap::new(),
             events: HashMap::new(),
         }
@@ -109,8 +114,12 @@ impl Watch {
         }
     }
 
-    /// Whether a new dead letter is a message this run sent: by its header first.
+    /// Whether a new dead letter is a message this run sent: by its header first. A row
+    /// the run sent itself (read again: it was written just before the start) is not.
     fn known(&self, a: NewArrival) -> Option<CameBack> {
+        if self.rows.contains_key(&a.id) {
+            return None;
+        }
         let by_header = a.replayed_from.as_ref().and_then(|r| self.rows.get(r));
         let (sent, known) = match by_header {
             Some(sent) => (sent, Known::ByHeader),
@@ -125,9 +134,9 @@ impl Watch {
 }
 
 impl CameBack {
-    /// Why the run stops, spelled by `s`. An uncertain item known by its header did reach
-    /// the consumer; known by its event only, it may have (or another copy of the event
-    /// did). Either way its row stays uncertain: the operator resolves it.
+    /// Why the run stops, spelled by `s`. An uncertain item known by its header was
+    /// delivered to its target (and dead-lettered again: by a consumer, a TTL, a length
+    /// limit); known by its event only, it may have been (or another copy of the event). Either way its row stays uncertain: the operator resolves it.
     pub(super) fn detail(&self, s: &dyn Spell) -> String {
         let CameBack { id, sent, known } = self;
         let row = &sent.id;
@@ -138,11 +147,11 @@ impl CameBack {
         let resolve = || s.next(&NextStep::ResolveDelivered { id: row.clone() });
         match (sent.outcome, known) {
             (Outcome::Uncertain, Known::ByHeader) => format!(
-                "{what} (dead letter {row}, whose replay was uncertain) came back as new dead letter {id}, whose x-dead-letter-id header names {row}: that replay did reach the consumer, which failed it again; the cause is not fixed; stopping; {row} stays uncertain: {}",
+                "{what} (dead letter {row}, whose replay was uncertain) came back as new dead letter {id}, whose x-dead-letter-id header names {row}: that replay was delivered to its target and dead-lettered again (see {id}'s reason); stopping; {row} stays uncertain: {}",
                 resolve()
             ),
             (Outcome::Uncertain, Known::ByEvent) => format!(
-                "{what} (dead letter {row}, whose replay was uncertain) came back as new dead letter {id}: the consumer still fails the event; the cause is not fixed; stopping; {row} stays uncertain: if {id}'s x-dead-letter-id header is {row}, that replay did reach the consumer: {}",
+                "{what} (dead letter {row}, whose replay was uncertain) came back as new dead letter {id}: the consumer still fails the event; the cause is not fixed; stopping; {row} stays uncertain: if {id}'s x-dead-letter-id header is {row}, that replay was delivered to its target: {}",
                 resolve()
             ),
             _ => format!(
@@ -242,13 +251,15 @@ mod tests {
         assert!(d.starts_with("event e1 (dead letter a, whose replay was uncertain) came back as new dead letter n1: the consumer still fails the event"), "{d}");
         assert!(
             d.ends_with(
-                "a stays uncertain: if n1's x-dead-letter-id header is a, that replay did reach the consumer: resolve it delivered"
+                "a stays uncertain: if n1's x-dead-letter-id header is a, that replay was delivered to its target: resolve it delivered"
             ),
             "{d}"
         );
         let d = back(Outcome::Uncertain, Known::ByHeader).detail(&InWords);
         assert!(
-            d.contains("whose x-dead-letter-id header names a: that replay did reach the consumer"),
+            d.contains(
+                "whose x-dead-letter-id header names a: that replay was delivered to its target"
+            ),
             "{d}"
         );
         let d = back(Outcome::Replayed, Known::ByEvent).detail(&InWords);

@@ -35,7 +35,8 @@ pub(super) async fn plan_candidates<B: Backend>(
 
 /// The dead letters written after `after`, in (time, id) order: each with its event ID
 /// and the row its `x-dead-letter-id` header names (headers that are not a JSON object,
-/// as a worker may write, name none).
+/// as a worker may write, name none). Only headers that hold the name are read: in a
+/// flood, most new rows are no replay coming back, and their headers may be large.
 pub(super) async fn dead_lettered_since<B: Backend>(
     b: &B,
     after: &(DateTime<Utc>, String),
@@ -43,7 +44,8 @@ pub(super) async fn dead_lettered_since<B: Backend>(
 ) -> Result<Vec<NewArrival>> {
     let at = B::Db::at(TimeCol::DeadLetteredAt);
     let mut qb = QueryBuilder::new(format!(
-        "SELECT id, eff_event_id, headers_json, {at} AS dead_lettered_at FROM dead_letters \
+        "SELECT id, eff_event_id, CASE WHEN headers_json LIKE '%\"{DEAD_LETTER_ID_HEADER}\"%' \
+         THEN headers_json END AS headers_json, {at} AS dead_lettered_at FROM dead_letters \
          WHERE ({at}, id) > ("
     ));
     B::Db::bind(&mut qb, Bind::Time(after.0));

@@ -82,6 +82,9 @@ enum Fails {
     SameEvent,
     /// A new dead letter with no event ID, keeping the message's `x-dead-letter-id`.
     KeepingHeaders,
+    /// As `SameEvent`, stamped as capture stamps it: the broker's `x-death` time, whole
+    /// seconds by a clock a little behind the database's.
+    SameEventBrokerStamped,
 }
 
 /// What a run against a failing worker came to.
@@ -110,6 +113,12 @@ fn against_failing(
             let mut again = letter(&format!("{id}-again"), q, b"{}");
             match fails {
                 Fails::SameEvent => again["event_id"] = format!("evt-{id}").into(),
+                Fails::SameEventBrokerStamped => {
+                    again["event_id"] = format!("evt-{id}").into();
+                    let whole = chrono::Utc::now().timestamp() - 2;
+                    let at = chrono::DateTime::from_timestamp(whole, 0).unwrap();
+                    again["dead_lettered_at"] = at.to_rfc3339().into();
+                }
                 Fails::KeepingHeaders => {
                     again.as_object_mut().unwrap().remove("event_id");
                     again["headers"]["x-dead-letter-id"] = id.clone().into();
@@ -294,6 +303,40 @@ fn a_canary_without_event_ids_is_watched_by_its_header() {
     assert_eq!(r.code, 3, "{}", r.all());
     assert_eq!(seen.len(), 2, "exactly the canary was published: {seen:?}");
     assert!(r.stderr.contains("replayed dead letter"), "{}", r.stderr);
+}
+
+/// Once broke (review): the watch read dead letters stamped after the run's start, by
+/// the database's clock; capture stamps a come-back with its broker's `x-death` time,
+/// whole seconds, so one dead-lettered in the run's first second was never seen and the
+/// canary passed a consumer failing everything.
+#[test]
+fn a_come_back_stamped_by_the_broker_in_the_first_second_is_seen() {
+    let mut rabbit = Rabbit::new();
+    let q = rabbit.queue("dlq_canary_stamped");
+    let db = TestDb::migrated(Backend::Sqlite);
+    // Dead-lettered an hour ago: the watch has nothing to read until the come-back.
+    let hour_ago = (chrono::Utc::now() - chrono::Duration::hours(1)).to_rfc3339();
+    let lines: String = (0..6)
+        .map(|i| {
+            let mut l = letter(&format!("t{i:04}"), &q, b"{}");
+            l["dead_lettered_at"] = hour_ago.clone().into();
+            format!("{l}\n")
+        })
+        .collect();
+    let r = db.dlq_stdin(&["import", "-"], lines.as_bytes());
+    assert_eq!(r.code, 0, "{}", r.all());
+    let plan = db.plan_file(&[]);
+    let child = spawn(&db, &plan, &["--canary", "1", "--canary-wait", "60s"]);
+    let fails = Fails::SameEventBrokerStamped;
+    let AgainstFailing {
+        exited,
+        run: r,
+        seen,
+    } = against_failing(&rabbit, &q, &db, child, fails, || {});
+    assert!(exited, "the canary came back long before its 60 s wait");
+    let s = summary_of(&r);
+    assert_eq!(s["stopped"], "came_back", "{}", r.all());
+    assert_eq!(seen.len(), 1, "exactly the canary was published: {seen:?}");
 }
 
 #[test]
