@@ -157,6 +157,7 @@ async fn insert_history<D: Dialect>(
 }
 
 /// The rows an import brought, as [`live_pair`] finds them and reads their liveness.
+#[derive(Clone, Copy)]
 pub(crate) enum Imported<'a> {
     /// These IDs, with their times as inserted (PostgreSQL: one transaction).
     Ids(&'a [String]),
@@ -200,17 +201,21 @@ pub(crate) struct LivePair {
 ///
 /// - rows sharing an ancestor in [`chain`]: a revision and an original it descends
 ///   from, or two revisions of one original however far down;
-/// - rows sharing `eff_event_id`, one of them a revision (an edit keeps the event ID):
-///   the chain may be broken, its middle never exported (`export --state pending`) or
-///   pruned. Two rows of one event ID and no revision are the same event dead-lettered
-///   twice: allowed, as a worker's inserts are.
+/// - where no chain here links them, an imported revision (live, not replayed) whose
+///   `revision_of` names no row of this store (its middle never exported, `export
+///   --state pending`, or pruned) and another live row of its event ID (an edit keeps
+///   it). Rows of one event ID linked by no revision are the same event dead-lettered
+///   twice: allowed, as a worker's inserts are; so is a store's whole export, whose
+///   chains are whole, and a replayed or come-back row beside a revision.
 ///
 /// Not caught: a revision made with `--new-event-id` whose chain is broken here (its
-/// middle absent): nothing left links it to the original.
+/// middle absent): nothing left links it to the original; and an original (or a plain
+/// row of its event) imported after such a revision: only an imported revision is
+/// matched by its event ID, so that a plain import stays one probe of its own rows.
 ///
-/// Cheap: the rows looked at (`probe`) are the chains' (the revision rows, a partial
-/// index, and the IDs they name), the imported rows, and the rows of an imported
-/// revision's event ID (its index), never every row.
+/// Cheap: the chains' rows (the revision rows, a partial index, and the IDs they name),
+/// and one probe of the event index per imported revision whose chain is broken, never
+/// every row nor every pair of an event's rows.
 pub(crate) async fn live_pair<D: Dialect>(
     conn: &mut D::Connection,
     imported: Imported<'_>,
@@ -230,18 +235,11 @@ pub(crate) async fn live_pair<D: Dialect>(
             D::bind(&mut qb, Bind::Text(token.to_string()));
         }
     }
-    qb.push(
-        "), probe(id) AS (SELECT id FROM chain UNION SELECT id FROM imp \
-         UNION SELECT d.id FROM imp i JOIN dead_letters r ON r.id = i.id \
-         JOIN dead_letters d ON d.eff_event_id = r.eff_event_id \
-         WHERE r.revision_of IS NOT NULL), ",
-    );
-    // `kin`: the live rows probed, as the import leaves them. MATERIALIZED: SQLite 3.46
-    // otherwise computed it again inside the pair join, for every row of an import (an
-    // import of 40,000 rows ran for 20 minutes).
+    // `kin`: the live rows of the chains, as the import leaves them. MATERIALIZED:
+    // SQLite 3.46 otherwise computed it again inside the pair join, for every row of an
+    // import (an import of 40,000 rows ran for 20 minutes).
     qb.push(format!(
-        "kin(id, eff, rev, replayed_at, imported) AS MATERIALIZED (SELECT {}, d.eff_event_id, \
-         d.revision_of, ",
+        "), kin(id, replayed_at, imported) AS MATERIALIZED (SELECT {}, ",
         D::id_text("d.id")
     ));
     let (replayed, discarded) = match imported {
@@ -252,14 +250,11 @@ pub(crate) async fn live_pair<D: Dialect>(
         ),
     };
     qb.push(format!(
-        "{replayed}, d.id IN (SELECT id FROM imp) FROM probe p JOIN dead_letters d ON {}",
+        "{replayed}, d.id IN (SELECT id FROM imp) FROM (SELECT id FROM chain) p \
+         JOIN dead_letters d ON {}",
         D::id_named("d.id", "p.id")
     ));
-    if let Imported::Staged(token) = imported {
-        qb.push(" LEFT JOIN dlq_import_rows s ON s.token = ");
-        D::bind(&mut qb, Bind::Text(token.to_string()));
-        qb.push(" AND s.id = d.id");
-    }
+    push_staged(&mut qb, imported, "d");
     qb.push(format!(
         " WHERE {discarded} IS NULL), \
          live(id, anc, replayed_at, imported) AS (SELECT c.id, c.anc, k.replayed_at, \
@@ -267,12 +262,10 @@ pub(crate) async fn live_pair<D: Dialect>(
          SELECT a.id AS rid, b.id AS oid, NULL AS event FROM live a \
          JOIN live b ON b.anc = a.anc AND b.id <> a.id \
          WHERE a.anc <> a.id AND (a.replayed_at IS NULL OR b.replayed_at IS NULL) \
-         AND (a.imported OR b.imported) \
-         UNION ALL SELECT a.id, b.id, a.eff FROM kin a \
-         JOIN kin b ON b.eff = a.eff AND b.id <> a.id \
-         WHERE a.rev IS NOT NULL AND (a.replayed_at IS NULL OR b.replayed_at IS NULL) \
-         AND (a.imported OR b.imported) LIMIT 1"
+         AND (a.imported OR b.imported) UNION ALL "
     ));
+    push_broken_chain_pair::<D>(&mut qb, imported, (replayed, discarded));
+    qb.push(" LIMIT 1");
     let rows = D::fetch(conn, qb.build()).try_collect::<Vec<_>>().await?;
     let Some(row) = rows.first() else {
         return Ok(None);
@@ -283,6 +276,44 @@ pub(crate) async fn live_pair<D: Dialect>(
         other: text("oid")?.unwrap_or_default(),
         event: text("event")?,
     }))
+}
+
+/// Joins a staged import's own values of the rows `alias` (SQLite), if any.
+fn push_staged<D: Dialect>(qb: &mut QueryBuilder<'static, D>, imported: Imported<'_>, alias: &str) {
+    if let Imported::Staged(token) = imported {
+        qb.push(" LEFT JOIN dlq_import_rows s ON s.token = ");
+        D::bind(qb, Bind::Text(token.to_string()));
+        qb.push(format!(" AND s.id = {alias}.id"));
+    }
+}
+
+/// The pairs no chain here links: an imported revision, live and not replayed, whose
+/// `revision_of` names no row of this store (its middle never exported, or pruned),
+/// beside another live row of its event ID (an edit keeps it). One probe of the event
+/// index per such revision, never a join of all the event's rows with each other; a
+/// plain row of an event, or a revision whose chain is here, is left to the chain.
+fn push_broken_chain_pair<D: Dialect>(
+    qb: &mut QueryBuilder<'static, D>,
+    imported: Imported<'_>,
+    (replayed, discarded): (&str, &str),
+) {
+    let other_live = match imported {
+        Imported::Ids(_) => "b.discarded_at IS NULL".to_string(),
+        Imported::Staged(_) => "COALESCE((SELECT t.discarded_at FROM dlq_import_rows t \
+             WHERE t.token = s.token AND t.id = b.id), b.discarded_at) IS NULL"
+            .to_string(),
+    };
+    qb.push(format!(
+        "SELECT rid, oid, event FROM (SELECT d.id AS rid, (SELECT b.id FROM dead_letters b \
+         WHERE b.eff_event_id = d.eff_event_id AND b.id <> d.id AND {other_live} LIMIT 1) \
+         AS oid, d.eff_event_id AS event FROM imp i JOIN dead_letters d ON d.id = i.id"
+    ));
+    push_staged(qb, imported, "d");
+    qb.push(format!(
+        " WHERE d.revision_of IS NOT NULL AND {discarded} IS NULL AND {replayed} IS NULL \
+         AND NOT EXISTS (SELECT 1 FROM dead_letters p WHERE {})) e WHERE oid IS NOT NULL",
+        D::id_named("p.id", "d.revision_of")
+    ));
 }
 
 /// Why an import with a [`live_pair`] imported nothing.
