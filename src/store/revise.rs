@@ -209,9 +209,11 @@ pub(crate) struct LivePair {
 ///   chains are whole, and a replayed or come-back row beside a revision.
 ///
 /// Not caught: a revision made with `--new-event-id` whose chain is broken here (its
-/// middle absent): nothing left links it to the original; and an original (or a plain
-/// row of its event) imported after such a revision: only an imported revision is
-/// matched by its event ID, so that a plain import stays one probe of its own rows.
+/// middle absent): nothing left links it to the original; a break above the direct
+/// original; an original (or a plain row of its event) imported after such a revision:
+/// only an imported revision whose direct original is missing is matched by its event
+/// ID. (Matching by event ID and `dead_lettered_at`, which an edit keeps, would close
+/// these and stop refusing a plain duplicate beside a pruned chain.)
 ///
 /// Cheap: the chains' rows (the revision rows, a partial index, and the IDs they name),
 /// and one probe of the event index per imported revision whose chain is broken, never
