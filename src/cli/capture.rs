@@ -145,8 +145,7 @@ pub async fn run(ctx: &Ctx, args: CaptureArgs) -> Result<u8> {
     let mut acked: Option<CaptureSummary> = None;
     // A park published since the last acked batch: the message may be in both queues.
     let mut parking = false;
-    let on_event = |e: Event<'_>| {
-        match e {
+    let on_event = |e: Event<'_>| match e {
         Event::Batch(s) => {
             if let Some(pb) = &progress {
                 pb.set_message(counts(s));
@@ -155,24 +154,13 @@ pub async fn run(ctx: &Ctx, args: CaptureArgs) -> Result<u8> {
             parking = false;
         }
         Event::Parking => parking = true,
-        Event::Parked { why, copy } => say(format!(
-            "dlq: moved a message to {}{}: {}",
-            line(opts.park_queue.as_deref().unwrap_or_default()),
-            match copy {
-                ParkCopy::First => String::new(),
-                ParkCopy::MaybeSecond => format!(
-                    " again: this run had moved it there before its ack was lost, so it may be there twice (this copy has the header {POSSIBLE_DUPLICATE_HEADER})"
-                ),
-            },
-            line(why)
-        )),
+        Event::Parked { why, copy } => say(parked_line(opts.park_queue.as_deref(), why, copy)),
         Event::Reconnecting { why, wait } => say(format!(
             "dlq: {}; trying again in {}",
             line(why),
             humantime::format_duration(wait)
         )),
         Event::Connected { host } => tracing::info!(%host, "consuming"),
-    }
     };
     let result = tokio::select! {
         r = capture(store.clone(), &opts, signals.finish, on_event) => Some(r),
@@ -209,6 +197,21 @@ pub async fn run(ctx: &Ctx, args: CaptureArgs) -> Result<u8> {
         Some(Stopped::Interrupted) if !args.follow => dlq::exit::INTERRUPTED,
         _ => dlq::exit::OK,
     })
+}
+
+/// The line of a message moved to the parking queue `park`.
+fn parked_line(park: Option<&str>, why: &str, copy: ParkCopy) -> String {
+    let again = match copy {
+        ParkCopy::First => String::new(),
+        ParkCopy::MaybeSecond => format!(
+            " again: this run had moved it there before its ack was lost, so it may be there twice (this copy has the header {POSSIBLE_DUPLICATE_HEADER})"
+        ),
+    };
+    format!(
+        "dlq: moved a message to {}{again}: {}",
+        line(park.unwrap_or_default()),
+        line(why)
+    )
 }
 
 fn print_summary(ctx: &Ctx, args: &CaptureArgs, summary: &CaptureSummary) {
