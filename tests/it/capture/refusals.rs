@@ -105,6 +105,32 @@ fn one_message_to_park() -> (TestDb, Dlx, String) {
     (db, dlx, park)
 }
 
+/// `dlq capture` of `dlx`'s queue parking over 1 KiB in `park`, running (`extra`
+/// arguments, `DLQ_AMQP_URL` through `amqp` when given).
+fn spawn_parking(
+    db: &TestDb,
+    dlx: &Dlx,
+    park: &str,
+    extra: &[&str],
+    amqp: Option<&Proxy>,
+) -> std::process::Child {
+    let mut cmd = db.cmd();
+    if let Some(proxy) = amqp {
+        cmd.env(
+            "DLQ_AMQP_URL",
+            format!("amqp://guest:guest@{}/%2f", proxy.addr()),
+        );
+    }
+    let args = ["capture", "--queue", &dlx.dlq, "--max-body-bytes", "1KiB"];
+    cmd.args(args)
+        .args(["--park-queue", park])
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
 /// Once broke: a park whose confirm never came was reported as "could not be parked",
 /// though the broker may hold it in the parking queue: the rerun parks it again.
 #[test]
@@ -153,26 +179,7 @@ fn a_message_parked_again_after_a_lost_ack_is_marked_and_said() {
         "127.0.0.1:5672",
         OnServerBytes::CutOnClientMethod(BASIC_ACK, done.clone()),
     );
-    let child = db
-        .cmd()
-        .env(
-            "DLQ_AMQP_URL",
-            format!("amqp://guest:guest@{}/%2f", proxy.addr()),
-        )
-        .args([
-            "capture",
-            "--queue",
-            &dlx.dlq,
-            "--follow",
-            "--max-body-bytes",
-            "1KiB",
-            "--park-queue",
-            &park,
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = spawn_parking(&db, &dlx, &park, &["--follow"], Some(&proxy));
     wait_until("the ack cut", 30, || done.load(Ordering::SeqCst));
     assert_eq!(
         dlx.rabbit.count(&park),
@@ -205,25 +212,7 @@ fn a_message_parked_again_after_a_lost_ack_is_marked_and_said() {
 fn a_second_interrupt_during_a_park_says_the_message_may_be_parked_already() {
     let (db, dlx, park) = one_message_to_park();
     let proxy = Proxy::start("127.0.0.1:5672", OnServerBytes::Stall(BASIC_ACK.to_vec()));
-    let child = db
-        .cmd()
-        .env(
-            "DLQ_AMQP_URL",
-            format!("amqp://guest:guest@{}/%2f", proxy.addr()),
-        )
-        .args([
-            "capture",
-            "--queue",
-            &dlx.dlq,
-            "--max-body-bytes",
-            "1KiB",
-            "--park-queue",
-            &park,
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let child = spawn_parking(&db, &dlx, &park, &[], Some(&proxy));
     wait_until("the park published", 30, || dlx.rabbit.count(&park) == 1);
     signal(&child, "INT");
     std::thread::sleep(Duration::from_secs(1));
@@ -247,22 +236,7 @@ fn a_park_returned_by_a_deleted_parking_queue_is_never_taken_as_parked() {
         let db = TestDb::migrated(Backend::Sqlite);
         let mut dlx = Dlx::new(&[], &[]);
         let park = dlx.rabbit.queue("dlq_cap_park");
-        let mut child = db
-            .cmd()
-            .args([
-                "capture",
-                "--queue",
-                &dlx.dlq,
-                "--follow",
-                "--max-body-bytes",
-                "1KiB",
-                "--park-queue",
-                &park,
-            ])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let mut child = spawn_parking(&db, &dlx, &park, &["--follow"], None);
         wait_until("consuming", 30, || consumers(&dlx.rabbit, &dlx.dlq) == 1);
         dlx.rabbit.delete(&park);
         let headers = match header {
