@@ -110,6 +110,14 @@ impl Proxy {
     pub fn addr(&self) -> String {
         format!("127.0.0.1:{}", self.port)
     }
+
+    /// `db`'s URL through this proxy of PostgreSQL, in plain text so a hook can read it.
+    pub fn db_url(&self, db: &TestDb) -> String {
+        format!(
+            "{}?sslmode=disable",
+            db.url.replace("127.0.0.1:5432", &self.addr())
+        )
+    }
 }
 
 async fn pipe(

@@ -100,10 +100,7 @@ fn a_commit_whose_answer_is_lost_is_not_stored_twice() {
         "127.0.0.1:5432",
         OnServerBytes::CutOnce(commit_complete, Default::default()),
     );
-    let url = format!(
-        "{}?sslmode=disable",
-        db.url.replace("127.0.0.1:5432", &proxy.addr())
-    );
+    let url = proxy.db_url(&db);
     let child = db
         .cmd()
         .env("DLQ_DATABASE_URL", &url)
@@ -321,10 +318,7 @@ fn a_second_interrupt_stops_at_once_when_the_database_link_goes_silent() {
     fill(&dlx, n);
     let commit_complete = b"C\0\0\0\x0bCOMMIT\0".to_vec();
     let proxy = Proxy::start("127.0.0.1:5432", OnServerBytes::Stall(commit_complete));
-    let url = format!(
-        "{}?sslmode=disable",
-        db.url.replace("127.0.0.1:5432", &proxy.addr())
-    );
+    let url = proxy.db_url(&db);
     let mut child = db
         .cmd()
         .env("DLQ_DATABASE_URL", &url)
@@ -383,10 +377,7 @@ fn a_rerun_waiting_for_a_killed_runs_commit_sees_it_whatever_the_default_isolati
         "127.0.0.1:5432",
         OnServerBytes::HoldClientBytes(commit, Duration::from_secs(6)),
     );
-    let url = format!(
-        "{}?sslmode=disable",
-        db.url.replace("127.0.0.1:5432", &proxy.addr())
-    );
+    let url = proxy.db_url(&db);
     let mut first = db
         .cmd()
         .env("DLQ_DATABASE_URL", &url)

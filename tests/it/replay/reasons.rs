@@ -12,6 +12,22 @@ fn last_detail(db: &TestDb, id: &str) -> String {
     h.last().unwrap()["detail"].as_str().unwrap().to_string()
 }
 
+/// Plans every row (with these plan flags) and replays the plan on one worker, as JSON.
+fn replay_plan_one_worker(db: &TestDb, plan_flags: &[&str]) -> Run {
+    let plan = db.plan_file(plan_flags);
+    let path = plan.path().to_str().unwrap();
+    db.dlq(&[
+        "replay",
+        "--plan",
+        path,
+        "--yes",
+        "--workers",
+        "1",
+        "-o",
+        "json",
+    ])
+}
+
 /// A row with nowhere to go, replayed by the library as any caller would: the report
 /// says why as a type, and the history written says it in words, with no CLI flag.
 #[test]
@@ -145,18 +161,7 @@ fn two_unanswered_publishes_to_a_missing_exchange_stay_uncertain() {
         l["routing_key"] = serde_json::json!("k");
         db.add(l);
     }
-    let plan = db.plan_file(&[]);
-    let path = plan.path().to_str().unwrap();
-    let r = db.dlq(&[
-        "replay",
-        "--plan",
-        path,
-        "--yes",
-        "--workers",
-        "1",
-        "-o",
-        "json",
-    ]);
+    let r = replay_plan_one_worker(&db, &[]);
     assert_eq!(r.code, 6, "{}", r.all());
     let items: Vec<_> = r
         .lines()
@@ -194,18 +199,7 @@ fn a_404_is_judged_by_the_exchange_it_names_exactly() {
         l["routing_key"] = serde_json::json!("k");
         db.add(l);
     }
-    let plan = db.plan_file(&["--allow-mixed"]);
-    let path = plan.path().to_str().unwrap();
-    let r = db.dlq(&[
-        "replay",
-        "--plan",
-        path,
-        "--yes",
-        "--workers",
-        "1",
-        "-o",
-        "json",
-    ]);
+    let r = replay_plan_one_worker(&db, &["--allow-mixed"]);
     let outcome = |id: &str| {
         r.lines()
             .into_iter()
@@ -236,18 +230,7 @@ fn a_missing_exchange_is_said_only_of_the_items_sent_to_it() {
     b["exchange"] = serde_json::json!(ex);
     b["routing_key"] = serde_json::json!("k");
     db.add(b);
-    let plan = db.plan_file(&["--allow-mixed"]);
-    let path = plan.path().to_str().unwrap();
-    let r = db.dlq(&[
-        "replay",
-        "--plan",
-        path,
-        "--yes",
-        "--workers",
-        "1",
-        "-o",
-        "json",
-    ]);
+    let r = replay_plan_one_worker(&db, &["--allow-mixed"]);
     for line in r.lines().iter().filter(|l| l.get("id").is_some()) {
         let detail = line["detail"].as_str().unwrap_or_default();
         if line["id"] == "mix-a-1" {
