@@ -580,12 +580,25 @@ impl<F: FnMut(RunEvent<'_>)> Run<'_, F> {
         let mut watch = self.watch.lock().await;
         watch.add(reports);
         if let Some(back) = watch.came_back(self.store).await? {
-            let detail = back.detail(&*self.opts.replay.spell);
-            self.lock().summary.stop(StopReason::CameBack, detail);
-            self.stop.store(true, Ordering::SeqCst);
-            // A worker waiting for room must see the stop, not wait for a settle.
-            self.settled.notify_waiters();
+            self.stop_came_back(&back);
         }
         Ok(())
+    }
+
+    /// As [`Run::came_back`], over the whole window (see [`watch::Watch::swept`]).
+    async fn swept(&self) -> Result<()> {
+        let watch = self.watch.lock().await;
+        if let Some(back) = watch.swept(self.store).await? {
+            self.stop_came_back(&back);
+        }
+        Ok(())
+    }
+
+    fn stop_came_back(&self, back: &watch::CameBack) {
+        let detail = back.detail(&*self.opts.replay.spell);
+        self.lock().summary.stop(StopReason::CameBack, detail);
+        self.stop.store(true, Ordering::SeqCst);
+        // A worker waiting for room must see the stop, not wait for a settle.
+        self.settled.notify_waiters();
     }
 }

@@ -229,6 +229,11 @@ impl<F: FnMut(RunEvent<'_>)> Run<'_, F> {
             }
         }
         if !self.stopping() {
+            if let Err(e) = self.swept().await {
+                return self.cannot_go_on(Unavailable::Database, 0, e);
+            }
+        }
+        if !self.stopping() {
             self.lock().canary = CanaryPhase::Open;
             if let Some(p) = &self.opts.pacing.pacer {
                 p.start_ramp();

@@ -1,7 +1,9 @@
 //! The come-back watch of a plan run: what the run sent, and the dead letters written
 //! since it started, read a page at a time, until one of them is a message the run sent
 //! coming back (the consumer still fails it: the cause is not fixed). The runner looks
-//! after every batch and through every wait, and stops on the first.
+//! after every batch and through every wait, and stops on the first. Pages go in time
+//! order, and a row can be stored after a newer one was read: before the canary passes,
+//! and every few seconds, the whole window is swept by event and header.
 //!
 //! A new dead letter is this run's message coming back when its `x-dead-letter-id`
 //! header names a row the run sent (a consumer that keeps the headers of what it
@@ -22,9 +24,14 @@ use crate::store::{NewArrival, Store};
 use chrono::{DateTime, Utc};
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
+use std::time::{Duration, Instant};
 
 /// What a run watches, and how far it has read.
 pub(super) struct Watch {
+    /// The start of the window: the run's start less [`BEFORE_START`].
+    since: DateTime<Utc>,
+    /// When the window was last swept ([`Watch::swept`]).
+    swept_at: Instant,
     /// The last new dead letter read: pages go in (dead_lettered_at, id) order, so each
     /// look reads only what is new.
     after: (DateTime<Utc>, String),
@@ -66,10 +73,16 @@ pub(super) struct CameBack {
 /// and dead-lettered in its first second was stamped before the database's start.
 const BEFORE_START: chrono::Duration = chrono::Duration::seconds(5);
 
+/// How often a look sweeps the whole window too, for come-backs stored after a newer
+/// row was read: a probe of the event index per few hundred events sent.
+const SWEEP_EVERY: Duration = Duration::from_secs(10);
+
 impl Watch {
     /// Watches the dead letters written after `started` (less [`BEFORE_START`]).
     pub(super) fn new(started: DateTime<Utc>) -> Self {
         Watch {
+            since: started - BEFORE_START,
+            swept_at: Instant::now(),
             after: (started - BEFORE_START, String::new()),
             rows: HashMap::new(),
             events: HashMap::new(),
@@ -97,7 +110,8 @@ impl Watch {
         }
     }
 
-    /// The first new dead letter, since the last look, of a message this run sent.
+    /// The first new dead letter, since the last look, of a message this run sent; every
+    /// [`SWEEP_EVERY`], any stored late in the whole window too.
     pub(super) async fn came_back(&mut self, store: &dyn Store) -> Result<Option<CameBack>> {
         loop {
             let page = store.dead_lettered_since(&self.after, 1000).await?;
@@ -109,9 +123,24 @@ impl Watch {
                 }
             }
             if !full {
-                return Ok(None);
+                break;
             }
         }
+        if self.swept_at.elapsed() < SWEEP_EVERY {
+            return Ok(None);
+        }
+        self.swept_at = Instant::now();
+        self.swept(store).await
+    }
+
+    /// Every come-back of what the run sent so far, however late it was stored: the
+    /// pages of [`Watch::came_back`] go in time order, so a row stored after a newer one
+    /// was read (a capture behind its queue stamps the broker's time) is found only here.
+    /// Read before the canary lets the rest go out, and every [`SWEEP_EVERY`].
+    pub(super) async fn swept(&self, store: &dyn Store) -> Result<Option<CameBack>> {
+        let events: Vec<String> = self.events.keys().cloned().collect();
+        let arrivals = store.came_back_among(self.since, &events).await?;
+        Ok(arrivals.into_iter().find_map(|a| self.known(a)))
     }
 
     /// Whether a new dead letter is a message this run sent: by its header first. A row

@@ -327,6 +327,14 @@ pub trait Reads: Send + Sync {
         after: &(DateTime<Utc>, String),
         limit: i64,
     ) -> Result<Vec<super::NewArrival>>;
+    /// Dead letters stamped at or after `since` that carry one of `events` or an
+    /// `x-dead-letter-id` header, in no order: the come-backs [`Reads::dead_lettered_since`]
+    /// pages past when one is stored after a newer row was read.
+    async fn came_back_among(
+        &self,
+        since: DateTime<Utc>,
+        events: &[String],
+    ) -> Result<Vec<super::NewArrival>>;
     /// Streams the rows that match, oldest first, each whole with its raw columns and its
     /// history, to `sink`, in constant memory. The claim owner is its operator part only.
     /// Returns the number of rows.
@@ -493,6 +501,14 @@ impl<B: Backend> Reads for B {
         limit: i64,
     ) -> Result<Vec<super::NewArrival>> {
         plan::dead_lettered_since(self, after, limit).await
+    }
+
+    async fn came_back_among(
+        &self,
+        since: DateTime<Utc>,
+        events: &[String],
+    ) -> Result<Vec<super::NewArrival>> {
+        plan::came_back_among(self, since, events).await
     }
 
     async fn export(

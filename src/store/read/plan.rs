@@ -1,5 +1,6 @@
 //! The reads a plan needs: the candidates with their body hashes, and the dead
-//! letters that came back after a replay (paged by time and ID).
+//! letters that came back after a replay (paged by time and ID, and swept by event ID
+//! and header for those stored after a newer row was read).
 
 use super::{all, required, select, text, time, Backend, Bind, Dialect, TimeCol};
 use crate::error::Result;
@@ -35,34 +36,75 @@ pub(super) async fn plan_candidates<B: Backend>(
 
 /// The dead letters written after `after`, in (time, id) order: each with its event ID
 /// and the row its `x-dead-letter-id` header names (headers that are not a JSON object,
-/// as a worker may write, name none). Only headers that hold the name are read: in a
-/// flood, most new rows are no replay coming back, and their headers may be large.
+/// as a worker may write, name none).
 pub(super) async fn dead_lettered_since<B: Backend>(
     b: &B,
     after: &(DateTime<Utc>, String),
     limit: i64,
 ) -> Result<Vec<NewArrival>> {
     let at = B::Db::at(TimeCol::DeadLetteredAt);
-    let mut qb = QueryBuilder::new(format!(
-        "SELECT id, eff_event_id, CASE WHEN headers_json LIKE '%\"{DEAD_LETTER_ID_HEADER}\"%' \
-         THEN headers_json END AS headers_json, {at} AS dead_lettered_at FROM dead_letters \
-         WHERE ({at}, id) > ("
-    ));
+    let mut qb = arrivals::<B::Db>(&format!("({at}, id) > ("));
     B::Db::bind(&mut qb, Bind::Time(after.0));
     qb.push(", ");
     B::Db::bind(&mut qb, Bind::Text(after.1.clone()));
     qb.push(format!(") ORDER BY {at}, id LIMIT "));
     B::Db::bind(&mut qb, Bind::Int(limit));
-    all(b, &mut qb, |r| {
-        let t = |col: &str| text::<B::Db>(r, col);
-        Ok(NewArrival {
-            id: required(t("id")?, "id")?,
-            event_id: t("eff_event_id")?,
-            replayed_from: t("headers_json")?.as_deref().and_then(replayed_from),
-            at: time::<B::Db>(r, "dead_lettered_at")?,
-        })
+    all(b, &mut qb, arrival::<B::Db>).await
+}
+
+/// The dead letters stamped at or after `since` that carry one of `events` or hold an
+/// `x-dead-letter-id` header: every come-back of a run's messages, however late each was
+/// stored. One read of the window for the headers (only replays carry one), one probe of
+/// the event index per few hundred events.
+pub(super) async fn came_back_among<B: Backend>(
+    b: &B,
+    since: DateTime<Utc>,
+    events: &[String],
+) -> Result<Vec<NewArrival>> {
+    let at = B::Db::at(TimeCol::DeadLetteredAt);
+    let mut qb = arrivals::<B::Db>(&format!("{at} >= "));
+    B::Db::bind(&mut qb, Bind::Time(since));
+    qb.push(format!(" AND {}", holds_header()));
+    let mut out = all(b, &mut qb, arrival::<B::Db>).await?;
+    for chunk in events.chunks(500) {
+        let mut qb = arrivals::<B::Db>(&format!("{at} >= "));
+        B::Db::bind(&mut qb, Bind::Time(since));
+        qb.push(" AND eff_event_id IN (");
+        for (n, e) in chunk.iter().enumerate() {
+            qb.push(if n == 0 { "" } else { ", " });
+            B::Db::bind(&mut qb, Bind::Text(e.clone()));
+        }
+        qb.push(")");
+        out.extend(all(b, &mut qb, arrival::<B::Db>).await?);
+    }
+    Ok(out)
+}
+
+/// Headers that may hold the `x-dead-letter-id` header.
+fn holds_header() -> String {
+    format!("headers_json LIKE '%\"{DEAD_LETTER_ID_HEADER}\"%'")
+}
+
+/// The columns of a [`NewArrival`] from dead_letters, up to `WHERE ` and `cond`. Only
+/// headers that hold the name are read: in a flood, most new rows are no replay coming
+/// back, and their headers may be large.
+fn arrivals<D: Dialect>(cond: &str) -> QueryBuilder<'static, D> {
+    let at = D::at(TimeCol::DeadLetteredAt);
+    QueryBuilder::new(format!(
+        "SELECT id, eff_event_id, CASE WHEN {} THEN headers_json END AS headers_json, \
+         {at} AS dead_lettered_at FROM dead_letters WHERE {cond}",
+        holds_header()
+    ))
+}
+
+fn arrival<D: Dialect>(r: &D::Row) -> super::Decoded<NewArrival> {
+    let t = |col: &str| text::<D>(r, col);
+    Ok(NewArrival {
+        id: required(t("id")?, "id")?,
+        event_id: t("eff_event_id")?,
+        replayed_from: t("headers_json")?.as_deref().and_then(replayed_from),
+        at: time::<D>(r, "dead_lettered_at")?,
     })
-    .await
 }
 
 /// The `x-dead-letter-id` header of stored headers, if they are a JSON object holding it

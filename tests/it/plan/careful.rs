@@ -85,6 +85,9 @@ enum Fails {
     /// As `SameEvent`, stamped as capture stamps it: the broker's `x-death` time, whole
     /// seconds by a clock a little behind the database's.
     SameEventBrokerStamped,
+    /// As `SameEvent`, stored late (a capture behind its queue) with the time it was
+    /// taken, after a newer unrelated dead letter the watch has already read.
+    SameEventStoredLate,
 }
 
 /// What a run against a failing worker came to.
@@ -118,6 +121,16 @@ fn against_failing(
                     let whole = chrono::Utc::now().timestamp() - 2;
                     let at = chrono::DateTime::from_timestamp(whole, 0).unwrap();
                     again["dead_lettered_at"] = at.to_rfc3339().into();
+                }
+                Fails::SameEventStoredLate => {
+                    let taken = chrono::Utc::now();
+                    let mut flood = letter(&format!("{id}-flood"), "elsewhere", b"{}");
+                    let newer = taken + chrono::Duration::seconds(1);
+                    flood["dead_lettered_at"] = newer.to_rfc3339().into();
+                    db.add(flood);
+                    std::thread::sleep(Duration::from_millis(1500));
+                    again["event_id"] = format!("evt-{id}").into();
+                    again["dead_lettered_at"] = taken.to_rfc3339().into();
                 }
                 Fails::KeepingHeaders => {
                     again.as_object_mut().unwrap().remove("event_id");
@@ -337,6 +350,51 @@ fn a_come_back_stamped_by_the_broker_in_the_first_second_is_seen() {
     let s = summary_of(&r);
     assert_eq!(s["stopped"], "came_back", "{}", r.all());
     assert_eq!(seen.len(), 1, "exactly the canary was published: {seen:?}");
+}
+
+/// Once broke: the watch read new dead letters a page at a time in time order, so a
+/// come-back stored after a newer row had been read (a capture behind its queue stamps
+/// the broker's time) was never seen, and the canary passed a consumer failing all.
+#[test]
+fn a_come_back_stored_after_a_newer_row_is_seen_before_the_canary_passes() {
+    let mut rabbit = Rabbit::new();
+    let q = rabbit.queue("dlq_canary_late");
+    let db = TestDb::migrated(Backend::Sqlite);
+    seed(&db, &q, 4, "late");
+    let plan = db.plan_file(&[]);
+    let child = spawn(&db, &plan, &["--canary", "1", "--canary-wait", "8s"]);
+    let fails = Fails::SameEventStoredLate;
+    let AgainstFailing {
+        exited,
+        run: r,
+        seen,
+    } = against_failing(&rabbit, &q, &db, child, fails, || {});
+    assert!(exited, "{}", r.all());
+    let s = summary_of(&r);
+    assert_eq!(s["stopped"], "came_back", "{}", r.all());
+    assert_eq!(seen.len(), 1, "exactly the canary was published: {seen:?}");
+}
+
+/// The same after the canary (here: none, a paced run): the whole window is swept every
+/// few seconds, so the run stops long before its 40 s.
+#[test]
+fn a_come_back_stored_after_a_newer_row_stops_a_paced_run() {
+    let mut rabbit = Rabbit::new();
+    let q = rabbit.queue("dlq_paced_late");
+    let db = TestDb::migrated(Backend::Postgres);
+    seed(&db, &q, 80, "paced");
+    let plan = db.plan_file(&["--limit", "1000"]);
+    let child = spawn(&db, &plan, &["--rate", "2/s"]);
+    let fails = Fails::SameEventStoredLate;
+    let AgainstFailing {
+        exited,
+        run: r,
+        seen,
+    } = against_failing(&rabbit, &q, &db, child, fails, || {});
+    assert!(exited, "{}", r.all());
+    let s = summary_of(&r);
+    assert_eq!(s["stopped"], "came_back", "{}", r.all());
+    assert!(seen.len() < 60, "stopped early: {} published", seen.len());
 }
 
 #[test]

@@ -137,6 +137,13 @@ mod wrapper {
         ) -> Result<Vec<dlq::store::NewArrival>> {
             self.inner.dead_lettered_since(after, limit).await
         }
+        async fn came_back_among(
+            &self,
+            since: DateTime<Utc>,
+            events: &[String],
+        ) -> Result<Vec<dlq::store::NewArrival>> {
+            self.inner.came_back_among(since, events).await
+        }
         async fn ids_starting_with(
             &self,
             prefix: &str,
