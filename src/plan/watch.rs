@@ -20,7 +20,7 @@ use crate::error::Result;
 use crate::model::Outcome;
 use crate::replay::ItemReport;
 use crate::spell::{NextStep, Spell};
-use crate::store::{NewArrival, Store};
+use crate::store::{HeaderSweep, NewArrival, Store};
 use chrono::{DateTime, Utc};
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
@@ -77,6 +77,9 @@ const BEFORE_START: chrono::Duration = chrono::Duration::seconds(5);
 /// row was read: a probe of the event index per few hundred events sent.
 const SWEEP_EVERY: Duration = Duration::from_secs(10);
 
+/// At most this many pages of 1,000 new dead letters a look.
+const PAGES_PER_LOOK: usize = 10;
+
 impl Watch {
     /// Watches the dead letters written after `started` (less [`BEFORE_START`]).
     pub(super) fn new(started: DateTime<Utc>) -> Self {
@@ -113,7 +116,9 @@ impl Watch {
     /// The first new dead letter, since the last look, of a message this run sent; every
     /// [`SWEEP_EVERY`], any stored late in the whole window too.
     pub(super) async fn came_back(&mut self, store: &dyn Store) -> Result<Option<CameBack>> {
-        loop {
+        // Bounded: in a flood that outpaces the reads, the next look goes on from here
+        // (and a sweep finds what the pages have not reached).
+        for _ in 0..PAGES_PER_LOOK {
             let page = store.dead_lettered_since(&self.after, 1000).await?;
             let full = page.len() == 1000;
             for arrival in page {
@@ -139,7 +144,13 @@ impl Watch {
     /// Read before the canary lets the rest go out, and every [`SWEEP_EVERY`].
     pub(super) async fn swept(&self, store: &dyn Store) -> Result<Option<CameBack>> {
         let events: Vec<String> = self.events.keys().cloned().collect();
-        let arrivals = store.came_back_among(self.since, &events).await?;
+        let by_header = self.rows.values().any(|sent| sent.event.is_none());
+        let headers = if by_header {
+            HeaderSweep::Window
+        } else {
+            HeaderSweep::NotNeeded
+        };
+        let arrivals = store.came_back_among(self.since, &events, headers).await?;
         Ok(arrivals.into_iter().find_map(|a| self.known(a)))
     }
 

@@ -158,6 +158,15 @@ pub struct PlanCandidate {
     pub sha256: String,
 }
 
+/// Whether a sweep of the come-back window reads the `x-dead-letter-id` headers of all
+/// its rows, or finds come-backs by event ID alone (every row the run sent has one; the
+/// headers of what it finds are read all the same).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeaderSweep {
+    Window,
+    NotNeeded,
+}
+
 /// A dead letter written since a plan run started, as its come-back watch reads it.
 #[derive(Debug, Clone)]
 pub struct NewArrival {

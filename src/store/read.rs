@@ -327,13 +327,15 @@ pub trait Reads: Send + Sync {
         after: &(DateTime<Utc>, String),
         limit: i64,
     ) -> Result<Vec<super::NewArrival>>;
-    /// Dead letters stamped at or after `since` that carry one of `events` or an
-    /// `x-dead-letter-id` header, in no order: the come-backs [`Reads::dead_lettered_since`]
-    /// pages past when one is stored after a newer row was read.
+    /// Dead letters stamped at or after `since` that carry one of `events` or (with
+    /// [`super::HeaderSweep::Window`]) an `x-dead-letter-id` header, in no order: the
+    /// come-backs [`Reads::dead_lettered_since`] pages past when one is stored after a
+    /// newer row was read.
     async fn came_back_among(
         &self,
         since: DateTime<Utc>,
         events: &[String],
+        headers: super::HeaderSweep,
     ) -> Result<Vec<super::NewArrival>>;
     /// Streams the rows that match, oldest first, each whole with its raw columns and its
     /// history, to `sink`, in constant memory. The claim owner is its operator part only.
@@ -507,8 +509,9 @@ impl<B: Backend> Reads for B {
         &self,
         since: DateTime<Utc>,
         events: &[String],
+        headers: super::HeaderSweep,
     ) -> Result<Vec<super::NewArrival>> {
-        plan::came_back_among(self, since, events).await
+        plan::came_back_among(self, since, events, headers).await
     }
 
     async fn export(

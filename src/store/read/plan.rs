@@ -6,7 +6,7 @@ use super::{all, required, select, text, time, Backend, Bind, Dialect, TimeCol};
 use crate::error::Result;
 use crate::model::{sha256_hex, Filter};
 use crate::publisher::DEAD_LETTER_ID_HEADER;
-use crate::store::{NewArrival, PlanCandidate};
+use crate::store::{HeaderSweep, NewArrival, PlanCandidate};
 use chrono::{DateTime, Utc};
 use sqlx::QueryBuilder;
 
@@ -54,18 +54,23 @@ pub(super) async fn dead_lettered_since<B: Backend>(
 
 /// The dead letters stamped at or after `since` that carry one of `events` or hold an
 /// `x-dead-letter-id` header: every come-back of a run's messages, however late each was
-/// stored. One read of the window for the headers (only replays carry one), one probe of
-/// the event index per few hundred events.
+/// stored. One probe of the event index per few hundred events; the headers, only when
+/// a row the run sent has no event ID, by one read of the window (in a flood, every row
+/// since the run's start).
 pub(super) async fn came_back_among<B: Backend>(
     b: &B,
     since: DateTime<Utc>,
     events: &[String],
+    headers: HeaderSweep,
 ) -> Result<Vec<NewArrival>> {
     let at = B::Db::at(TimeCol::DeadLetteredAt);
-    let mut qb = arrivals::<B::Db>(&format!("{at} >= "));
-    B::Db::bind(&mut qb, Bind::Time(since));
-    qb.push(format!(" AND {}", holds_header()));
-    let mut out = all(b, &mut qb, arrival::<B::Db>).await?;
+    let mut out = Vec::new();
+    if headers == HeaderSweep::Window {
+        let mut qb = arrivals::<B::Db>(&format!("{at} >= "));
+        B::Db::bind(&mut qb, Bind::Time(since));
+        qb.push(format!(" AND {}", holds_header()));
+        out = all(b, &mut qb, arrival::<B::Db>).await?;
+    }
     for chunk in events.chunks(500) {
         let mut qb = arrivals::<B::Db>(&format!("{at} >= "));
         B::Db::bind(&mut qb, Bind::Time(since));

@@ -88,6 +88,17 @@ enum Fails {
     /// As `SameEvent`, stored late (a capture behind its queue) with the time it was
     /// taken, after a newer unrelated dead letter the watch has already read.
     SameEventStoredLate,
+    /// As `KeepingHeaders`, stored late as `SameEventStoredLate` is.
+    KeepingHeadersStoredLate,
+}
+
+impl Fails {
+    fn stored_late(self) -> bool {
+        matches!(
+            self,
+            Fails::SameEventStoredLate | Fails::KeepingHeadersStoredLate
+        )
+    }
 }
 
 /// What a run against a failing worker came to.
@@ -114,25 +125,26 @@ fn against_failing(
         also();
         while let Some(id) = take_one(rabbit, q) {
             let mut again = letter(&format!("{id}-again"), q, b"{}");
+            let taken = chrono::Utc::now();
+            if fails.stored_late() {
+                let mut flood = letter(&format!("{id}-flood"), "elsewhere", b"{}");
+                let newer = taken + chrono::Duration::seconds(1);
+                flood["dead_lettered_at"] = newer.to_rfc3339().into();
+                db.add(flood);
+                std::thread::sleep(Duration::from_millis(1500));
+                again["dead_lettered_at"] = taken.to_rfc3339().into();
+            }
             match fails {
-                Fails::SameEvent => again["event_id"] = format!("evt-{id}").into(),
+                Fails::SameEvent | Fails::SameEventStoredLate => {
+                    again["event_id"] = format!("evt-{id}").into()
+                }
                 Fails::SameEventBrokerStamped => {
                     again["event_id"] = format!("evt-{id}").into();
                     let whole = chrono::Utc::now().timestamp() - 2;
                     let at = chrono::DateTime::from_timestamp(whole, 0).unwrap();
                     again["dead_lettered_at"] = at.to_rfc3339().into();
                 }
-                Fails::SameEventStoredLate => {
-                    let taken = chrono::Utc::now();
-                    let mut flood = letter(&format!("{id}-flood"), "elsewhere", b"{}");
-                    let newer = taken + chrono::Duration::seconds(1);
-                    flood["dead_lettered_at"] = newer.to_rfc3339().into();
-                    db.add(flood);
-                    std::thread::sleep(Duration::from_millis(1500));
-                    again["event_id"] = format!("evt-{id}").into();
-                    again["dead_lettered_at"] = taken.to_rfc3339().into();
-                }
-                Fails::KeepingHeaders => {
+                Fails::KeepingHeaders | Fails::KeepingHeadersStoredLate => {
                     again.as_object_mut().unwrap().remove("event_id");
                     again["headers"]["x-dead-letter-id"] = id.clone().into();
                 }
@@ -286,36 +298,39 @@ fn a_reruns_canary_counts_only_what_it_published() {
 /// back.
 #[test]
 fn a_canary_without_event_ids_is_watched_by_its_header() {
-    let mut rabbit = Rabbit::new();
-    let q = rabbit.queue("dlq_canary_noevent");
-    let db = TestDb::migrated(Backend::Sqlite);
-    let lines: String = (0..10)
-        .map(|i| {
-            let mut l = letter(&format!("ne{i:04}"), &q, b"not json");
-            l.as_object_mut().unwrap().remove("event_id");
-            format!("{l}\n")
-        })
-        .collect();
-    let r = db.dlq_stdin(&["import", "-"], lines.as_bytes());
-    assert_eq!(r.code, 0, "{}", r.all());
-    assert!(
-        db.dlq(&["show", "ne0000", "-o", "json"]).json()["event_id"].is_null(),
-        "no event ID"
-    );
-    let plan = db.plan_file(&[]);
-    let child = spawn(&db, &plan, &["--canary", "2", "--canary-wait", "60s"]);
-    let AgainstFailing {
-        exited,
-        run: r,
-        seen,
-    } = against_failing(&rabbit, &q, &db, child, Fails::KeepingHeaders, || {});
-    assert!(exited, "the canary came back long before its 60 s wait");
-    let s = summary_of(&r);
-    assert_eq!(s["stopped"], "came_back", "{}", r.all());
-    assert_eq!(s["counts"]["replayed"], 2, "{s}");
-    assert_eq!(r.code, 3, "{}", r.all());
-    assert_eq!(seen.len(), 2, "exactly the canary was published: {seen:?}");
-    assert!(r.stderr.contains("replayed dead letter"), "{}", r.stderr);
+    // Also stored after a newer row was read: found by the sweep of the headers.
+    for fails in [Fails::KeepingHeaders, Fails::KeepingHeadersStoredLate] {
+        let mut rabbit = Rabbit::new();
+        let q = rabbit.queue("dlq_canary_noevent");
+        let db = TestDb::migrated(Backend::Sqlite);
+        let lines: String = (0..10)
+            .map(|i| {
+                let mut l = letter(&format!("ne{i:04}"), &q, b"not json");
+                l.as_object_mut().unwrap().remove("event_id");
+                format!("{l}\n")
+            })
+            .collect();
+        let r = db.dlq_stdin(&["import", "-"], lines.as_bytes());
+        assert_eq!(r.code, 0, "{}", r.all());
+        assert!(
+            db.dlq(&["show", "ne0000", "-o", "json"]).json()["event_id"].is_null(),
+            "no event ID"
+        );
+        let plan = db.plan_file(&[]);
+        let child = spawn(&db, &plan, &["--canary", "2", "--canary-wait", "60s"]);
+        let AgainstFailing {
+            exited,
+            run: r,
+            seen,
+        } = against_failing(&rabbit, &q, &db, child, fails, || {});
+        assert!(exited, "the canary came back long before its 60 s wait");
+        let s = summary_of(&r);
+        assert_eq!(s["stopped"], "came_back", "{}", r.all());
+        assert_eq!(s["counts"]["replayed"], 2, "{s}");
+        assert_eq!(r.code, 3, "{}", r.all());
+        assert_eq!(seen.len(), 2, "exactly the canary was published: {seen:?}");
+        assert!(r.stderr.contains("replayed dead letter"), "{}", r.stderr);
+    }
 }
 
 /// Once broke (review): the watch read dead letters stamped after the run's start, by

@@ -141,8 +141,9 @@ mod wrapper {
             &self,
             since: DateTime<Utc>,
             events: &[String],
+            headers: dlq::store::HeaderSweep,
         ) -> Result<Vec<dlq::store::NewArrival>> {
-            self.inner.came_back_among(since, events).await
+            self.inner.came_back_among(since, events, headers).await
         }
         async fn ids_starting_with(
             &self,
