@@ -10,6 +10,7 @@
 //! not with a write: rows whose claim is recorded are few, and are read one bucket at a
 //! time to tell a live lease (claimed) from a lapsed one (pending).
 
+
 use super::decode::group;
 use super::{all, where_sql, Backend, Bind, Dialect, Sql};
 use crate::error::Result;
@@ -45,25 +46,44 @@ impl Fold {
 /// The bucket columns of the counts (each also a column of `dead_letters`).
 const KEYS: &str = "reason, eff_producer, eff_schema_version, source_queue, eff_error_class";
 
+/// The bucket columns after `reason`.
+const BUCKET: [&str; 4] = [
+    "eff_producer",
+    "eff_schema_version",
+    "source_queue",
+    "eff_error_class",
+];
+
+/// A group of `u` with a row in it (a live lease is counted again as `claimed`).
+const HAS_ROWS: &str = "sum(n) FILTER (WHERE state <> 'claimed') > 0";
+
 /// The groups, or `None` when the counts cannot answer this filter.
 pub(super) async fn aggregate<B: Backend>(
     b: &B,
     dims: &[Dimension],
     filter: &Filter,
 ) -> Result<Option<Vec<Group>>> {
+    let Some(scope) = ready(b, filter).await? else {
+        return Ok(None);
+    };
+    let mut qb = query::<B::Db>(dims, &scope).into_builder();
+    all(b, &mut qb, |row| group::<B::Db>(row, dims))
+        .await
+        .map(Some)
+}
+
+/// What of `filter` the counts answer, once folded; `None`: the rows are read instead.
+async fn ready<B: Backend>(b: &B, filter: &Filter) -> Result<Option<Scope>> {
     let Some(rollup) = b.rollup() else {
         return Ok(None);
     };
     let Some(scope) = Scope::of(filter) else {
         return Ok(None);
     };
-    if let Fold::Unavailable = rollup.fold().await? {
-        return Ok(None);
+    match rollup.fold().await? {
+        Fold::Ready => Ok(Some(scope)),
+        Fold::Unavailable => Ok(None),
     }
-    let mut qb = query::<B::Db>(dims, &scope).into_builder();
-    all(b, &mut qb, |row| group::<B::Db>(row, dims))
-        .await
-        .map(Some)
 }
 
 /// What of a filter the counts answer: its keys, and the whole hours of its window (the
@@ -164,20 +184,25 @@ fn dimension(d: Dimension) -> &'static str {
     }
 }
 
-/// For each bucket of the CTE `b`, `inner` over its rows of `dead_letters` where `cond`,
-/// selected as `what` (of `m`): one index range (reason, time) per bucket, whatever the
-/// planner guesses of their number.
-fn per_bucket(b: &str, inner: &str, cond: &str, what: &str) -> String {
+/// For each row of the CTE `b` (a reason, an hour and the columns `keys` of it), `inner`
+/// over its rows of `dead_letters` where `cond`, selected after `b`'s columns as `what`
+/// (of `m`): one index range (reason, time) per row of `b`, whatever the planner guesses
+/// of their number.
+fn per_bucket(b: &str, keys: &[&str], inner: &str, cond: &str, what: &str) -> String {
+    let of = |t: &str| {
+        keys.iter()
+            .map(|k| format!("{t}.{k}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
     format!(
-        "SELECT b.reason, b.eff_producer, b.eff_schema_version, b.source_queue, \
-           b.eff_error_class, b.hour, {what} FROM {b} b CROSS JOIN LATERAL (SELECT {inner} \
+        "SELECT b.reason, {bk}, b.hour, {what} FROM {b} b CROSS JOIN LATERAL (SELECT {inner} \
          FROM dead_letters d WHERE d.reason = b.reason \
            AND d.dead_lettered_at >= b.hour AND d.dead_lettered_at <= b.hour + interval '1 hour' \
            AND dlq_rollup_hour(d.dead_lettered_at) = b.hour \
-           AND (d.eff_producer, d.eff_schema_version, d.source_queue, d.eff_error_class) \
-               IS NOT DISTINCT FROM \
-               (b.eff_producer, b.eff_schema_version, b.source_queue, b.eff_error_class) \
-           AND {cond}) AS m"
+           AND ({dk}) IS NOT DISTINCT FROM ({bk}) AND {cond}) AS m",
+        bk = of("b"),
+        dk = of("d"),
     )
 }
 
@@ -207,11 +232,12 @@ fn counts<D: Dialect>(scope: &Scope) -> Sql {
 /// The rows of the scope's part-hours, counted per state and grouped by the asked
 /// dimensions only (a key not asked is NULL, each part's hour a constant: it lies inside
 /// one hour), so that the planner hashes a few groups instead of sorting every row by
-/// all the keys and its state (issue 24). A claimed row is `row_claimed` (counted, and
-/// claimed, not pending).
+/// all the keys and its state (issue 24). Each state has its own first and last time;
+/// its label says it was read on the clock (`row_pending`, `row_claimed`: counted, and
+/// told apart).
 fn part_hours<D: Dialect>(dims: &[Dimension], scope: &Scope) -> Sql {
     let states = [
-        (State::Pending, "open"),
+        (State::Pending, "row_pending"),
         (State::Claimed, "row_claimed"),
         (State::Uncertain, "uncertain"),
         (State::Replayed, "replayed"),
@@ -219,14 +245,16 @@ fn part_hours<D: Dialect>(dims: &[Dimension], scope: &Scope) -> Sql {
     ];
     let counts = states
         .map(|(st, label)| {
+            let p = super::state_of::<D>(st);
             format!(
-                "count(*) FILTER (WHERE {}) AS {label}",
-                super::state_of::<D>(st)
+                "count(*) FILTER (WHERE {p}) AS {label}, \
+                 min(dead_lettered_at) FILTER (WHERE {p}) AS {label}_f, \
+                 max(dead_lettered_at) FILTER (WHERE {p}) AS {label}_l"
             )
         })
         .join(", ");
     let unpivot = states
-        .map(|(_, label)| format!("('{label}', g.{label})"))
+        .map(|(_, l)| format!("('{l}', g.{l}, g.{l}_f, g.{l}_l)"))
         .join(", ");
     let asked = |k: &str| dims.iter().any(|d| dimension(*d) == k);
     let keys: Vec<&str> = KEYS.split(", ").collect();
@@ -248,8 +276,7 @@ fn part_hours<D: Dialect>(dims: &[Dimension], scope: &Scope) -> Sql {
         sql.push(format!(" UNION ALL SELECT {outer}, "));
         sql.bind(Bind::Time(*hour));
         sql.push(format!(
-            " AS hour, s.state, s.n, g.first_seen, g.last_seen FROM (SELECT {}{counts}, \
-               min(dead_lettered_at) AS first_seen, max(dead_lettered_at) AS last_seen \
+            " AS hour, s.state, s.n, s.first_seen, s.last_seen FROM (SELECT {}{counts} \
              FROM dead_letters",
             grouped.iter().map(|k| format!("{k}, ")).collect::<String>()
         ));
@@ -259,13 +286,17 @@ fn part_hours<D: Dialect>(dims: &[Dimension], scope: &Scope) -> Sql {
             false => sql.push(format!(" GROUP BY {}", grouped.join(", "))),
         };
         sql.push(format!(
-            ") AS g CROSS JOIN LATERAL (VALUES {unpivot}) AS s (state, n) WHERE s.n > 0"
+            ") AS g CROSS JOIN LATERAL (VALUES {unpivot}) AS s (state, n, first_seen, last_seen) \
+             WHERE s.n > 0"
         ));
     }
     sql
 }
 
-fn query<D: Dialect>(dims: &[Dimension], scope: &Scope) -> Sql {
+/// The CTE `u`: per bucket (or group of a part-hour) and state, its rows and their first
+/// and last times, from the counts, the rows the counts cannot tell (the times of a
+/// bucket a row left, live leases) and the part-hours' rows.
+fn kept<D: Dialect>(dims: &[Dimension], scope: &Scope) -> Sql {
     let claimed = super::state_of::<D>(State::Claimed);
     let mut sql = Sql::new("WITH c AS (");
     sql.append(counts::<D>(scope));
@@ -287,12 +318,14 @@ fn query<D: Dialect>(dims: &[Dimension], scope: &Scope) -> Sql {
            UNION ALL SELECT * FROM times UNION ALL SELECT * FROM live",
         per_bucket(
             "stale",
+            &BUCKET,
             "min(d.dead_lettered_at) AS f, max(d.dead_lettered_at) AS l",
             "true",
             "'times' AS state, CAST(0 AS BIGINT) AS n, m.f AS first_seen, m.l AS last_seen",
         ),
         per_bucket(
             "leased",
+            &BUCKET,
             "count(*) AS n",
             &claimed,
             "'claimed' AS state, m.n, CAST(NULL AS timestamptz) AS first_seen, \
@@ -300,30 +333,45 @@ fn query<D: Dialect>(dims: &[Dimension], scope: &Scope) -> Sql {
         ),
     ));
     sql.append(part_hours::<D>(dims, scope));
-    sql.push(") SELECT ");
-    let sum = |cond: &str| format!("CAST(COALESCE(sum(n) FILTER (WHERE {cond}), 0) AS BIGINT)");
-    let mut columns: Vec<String> = dims
-        .iter()
-        .enumerate()
-        .map(|(i, d)| format!("{} AS k{i}", dimension(*d)))
-        .collect();
-    columns.extend([
-        format!("{} AS n", sum("state <> 'claimed'")),
+    sql.push(")");
+    sql
+}
+
+/// SQL of the number of `u`'s rows where `cond`.
+fn sum(cond: &str) -> String {
+    format!("CAST(COALESCE(sum(n) FILTER (WHERE {cond}), 0) AS BIGINT)")
+}
+
+/// The rows of each state (a column named as [`State::as_str`]) of a group of `u`: a
+/// recorded claim (`leased`) is pending unless its lease is live (`claimed`).
+fn per_state() -> [String; 5] {
+    [
         format!(
             "{} - {} AS pending",
-            sum("state IN ('open', 'leased')"),
+            sum("state IN ('open', 'leased', 'row_pending')"),
             sum("state = 'claimed'")
         ),
         format!("{} AS claimed", sum("state IN ('claimed', 'row_claimed')")),
         format!("{} AS uncertain", sum("state = 'uncertain'")),
         format!("{} AS replayed", sum("state = 'replayed'")),
         format!("{} AS discarded", sum("state = 'discarded'")),
-        "min(first_seen) AS first_seen, max(last_seen) AS last_seen".into(),
-    ]);
+    ]
+}
+
+/// The groups of `dims`, largest first, as `list::aggregate` gives them.
+fn query<D: Dialect>(dims: &[Dimension], scope: &Scope) -> Sql {
+    let mut sql = kept::<D>(dims, scope);
+    let mut columns: Vec<String> = dims
+        .iter()
+        .enumerate()
+        .map(|(i, d)| format!("{} AS k{i}", dimension(*d)))
+        .collect();
+    columns.push(format!("{} AS n", sum("state <> 'claimed'")));
+    columns.extend(per_state());
+    columns.push("min(first_seen) AS first_seen, max(last_seen) AS last_seen".into());
     let positions: Vec<String> = (1..=dims.len()).map(|i| i.to_string()).collect();
     sql.push(format!(
-        "{} FROM u GROUP BY {1} HAVING sum(n) FILTER (WHERE state <> 'claimed') > 0 \
-         ORDER BY {2} DESC, {1}",
+        " SELECT {} FROM u GROUP BY {1} HAVING {HAS_ROWS} ORDER BY {2} DESC, {1}",
         columns.join(", "),
         positions.join(", "),
         dims.len() + 1
