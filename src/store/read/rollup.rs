@@ -9,7 +9,12 @@
 //! themselves, as does a store without counts. A claim's lease ends with time,
 //! not with a write: rows whose claim is recorded are few, and are read one bucket at a
 //! time to tell a live lease (claimed) from a lapsed one (pending).
-
+//!
+//! `dlq metrics` and `dlq check` read the same counts ([`kept_pair_counts`]), so that a
+//! scrape in a flood costs what `aggregate` does, not a pass over every row. A bucket's
+//! first time is of all its states (a claim or a mark moves a row out of `open` without
+//! touching it), so the oldest pending row is read from the rows of one hour per
+//! reason/producer pair: the first hour whose counts hold a pending row.
 
 use super::decode::group;
 use super::{all, where_sql, Backend, Bind, Dialect, Sql};
@@ -70,6 +75,15 @@ pub(super) async fn aggregate<B: Backend>(
     all(b, &mut qb, |row| group::<B::Db>(row, dims))
         .await
         .map(Some)
+}
+
+/// The statement that counts the rows of `filter` per reason/producer pair, with the
+/// columns of the alerts' scan (`store::alerting`): `reason`, `producer`, one per state
+/// ([`State::as_str`]) and `oldest_pending`. `None`: the counts cannot answer this filter.
+pub(crate) async fn kept_pair_counts<B: Backend>(b: &B, filter: &Filter) -> Result<Option<Sql>> {
+    Ok(ready(b, filter)
+        .await?
+        .map(|scope| pair_query::<B::Db>(&scope)))
 }
 
 /// What of `filter` the counts answer, once folded; `None`: the rows are read instead.
@@ -375,6 +389,40 @@ fn query<D: Dialect>(dims: &[Dimension], scope: &Scope) -> Sql {
         columns.join(", "),
         positions.join(", "),
         dims.len() + 1
+    ));
+    sql
+}
+
+/// Per reason/producer pair, its rows per state and its oldest pending row's time: the
+/// earliest of the pending rows' first times in the window's part-hours (each state's
+/// times are its own there) and of the pending rows in the pair's first whole hour whose
+/// counts hold one (`first_hour`), read from the rows: one range of the reason's rows in
+/// one hour per pair, however old that hour.
+fn pair_query<D: Dialect>(scope: &Scope) -> Sql {
+    let mut sql = kept::<D>(&[Dimension::Reason, Dimension::Producer], scope);
+    let pending = super::state_of::<D>(State::Pending);
+    sql.push(format!(
+        ", first_hour AS (SELECT reason, eff_producer, min(hour) AS hour FROM (\
+           SELECT reason, eff_producer, hour FROM u \
+           WHERE state IN ('open', 'leased', 'claimed') GROUP BY reason, eff_producer, hour \
+           HAVING {} > {}) AS h GROUP BY reason, eff_producer), \
+         oldest AS ({}) \
+         SELECT reason, eff_producer AS producer, {}, min(first_seen) \
+           FILTER (WHERE state IN ('row_pending', 'row_oldest')) AS oldest_pending \
+         FROM (SELECT reason, eff_producer, state, n, first_seen FROM u \
+           UNION ALL SELECT reason, eff_producer, 'row_oldest', CAST(0 AS BIGINT), first_seen \
+           FROM oldest) AS a \
+         GROUP BY reason, eff_producer HAVING {HAS_ROWS}",
+        sum("state IN ('open', 'leased')"),
+        sum("state = 'claimed'"),
+        per_bucket(
+            "first_hour",
+            &["eff_producer"],
+            "min(d.dead_lettered_at) AS f",
+            &pending,
+            "m.f AS first_seen",
+        ),
+        per_state().join(", "),
     ));
     sql
 }
