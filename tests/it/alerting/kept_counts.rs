@@ -145,60 +145,8 @@ fn gauges_from_the_kept_counts_are_the_scans_after_every_kind_of_write() {
     }
     answers_as_a_scan(&db, "after bulk and single-row inserts, nothing folded");
 
-    // The oldest pending row of poison_message/billing (g-4) claimed, live: the oldest
-    // pending is the next one (g-10, in the same bucket, whose first time is still
-    // g-4's). Every row of poison_message/ledger in its first hour claimed, live, as
-    // another tool would: its oldest pending row is in the next hour (g-32); so is g-19,
-    // before g-25 (permanent_failure/billing) in the window's first part-hour. The oldest
-    // of permanent_failure with no producer (g-3) claimed, lapsed: still the oldest.
-    ok(db.dlq(&["claim", "g-4", "--lease", "5m"]));
-    db.sql(&["UPDATE dead_letters SET replay_claim_owner = 'tool:t1', \
-         replay_claim_expires_at = now() + interval '5 minutes' \
-         WHERE id IN ('g-2', 'g-8', 'g-14', 'g-20', 'g-26', 'g-19')"]);
-    ok(db.dlq(&["claim", "g-3", "--lease", "1s"]));
-    std::thread::sleep(std::time::Duration::from_millis(1500));
-    answers_as_a_scan(&db, "with live and lapsed leases");
-    let g = gauges(&db.url, &Filter::default());
-    let billing = pair(&g, "poison_message", Some("billing"));
-    assert_eq!(billing.count(State::Claimed), 1);
-    assert_eq!(
-        billing.oldest_pending,
-        Some(at(10)),
-        "g-10 after the claimed g-4"
-    );
-    let ledger = pair(&g, "poison_message", Some("ledger"));
-    assert_eq!(
-        ledger.oldest_pending,
-        Some(at(32)),
-        "its first hour all claimed"
-    );
-    let unnamed = pair(&g, "permanent_failure", None);
-    assert_eq!(
-        unnamed.oldest_pending,
-        Some(at(3)),
-        "a lapsed lease is pending"
-    );
-
-    // Settled and uncertain rows, written by dlq and as another tool would; folded first.
-    ok(db.dlq(&["aggregate", "--by", "reason"]));
-    ok(db.dlq(&["discard", "g-10", "--note", "bad", "--yes"]));
-    ok(db.dlq(&["discard", "g-16", "--note", "bad", "--yes"]));
-    ok(db.dlq(&["restore", "g-16", "--note", "back", "--yes"]));
-    db.sql(&[
-        "UPDATE dead_letters SET replay_attempt_at = now() WHERE id = 'g-22'",
-        "UPDATE dead_letters SET replay_attempt_at = now(), replayed_at = now() \
-         WHERE id IN ('g-28', 'g-9')",
-    ]);
-    answers_as_a_scan(&db, "after discard, restore, attempt and mark");
-    let g = gauges(&db.url, &scan_of(&Filter::default()));
-    for st in State::ALL {
-        assert!(g.total(st) > 0, "no {st:?} row to compare");
-    }
-    assert_eq!(
-        pair(&g, "poison_message", Some("billing")).oldest_pending,
-        Some(at(16)),
-        "g-16 restored; g-10 discarded"
-    );
+    claim_the_oldest_rows(&db);
+    settle_some_rows(&db);
 
     // Rows leaving their bucket or hour: the counts' times are stale until a fold.
     ok(db.dlq(&[
@@ -233,6 +181,66 @@ fn gauges_from_the_kept_counts_are_the_scans_after_every_kind_of_write() {
 
     db.sql(&["TRUNCATE dead_letters", BULK]);
     answers_as_a_scan(&db, "after truncate");
+}
+
+/// Leases live and lapsed on the oldest rows of three pairs, compared with the scan.
+fn claim_the_oldest_rows(db: &TestDb) {
+    // The oldest pending row of poison_message/billing (g-4) claimed, live: the oldest
+    // pending is the next one (g-10, in the same bucket, whose first time is still
+    // g-4's). Every row of poison_message/ledger in its first hour claimed, live, as
+    // another tool would: its oldest pending row is in the next hour (g-32); so is g-19,
+    // before g-25 (permanent_failure/billing) in the window's first part-hour. The oldest
+    // of permanent_failure with no producer (g-3) claimed, lapsed: still the oldest.
+    ok(db.dlq(&["claim", "g-4", "--lease", "5m"]));
+    db.sql(&["UPDATE dead_letters SET replay_claim_owner = 'tool:t1', \
+         replay_claim_expires_at = now() + interval '5 minutes' \
+         WHERE id IN ('g-2', 'g-8', 'g-14', 'g-20', 'g-26', 'g-19')"]);
+    ok(db.dlq(&["claim", "g-3", "--lease", "1s"]));
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    answers_as_a_scan(db, "with live and lapsed leases");
+    let g = gauges(&db.url, &Filter::default());
+    let billing = pair(&g, "poison_message", Some("billing"));
+    assert_eq!(billing.count(State::Claimed), 1);
+    assert_eq!(
+        billing.oldest_pending,
+        Some(at(10)),
+        "g-10 after the claimed g-4"
+    );
+    let ledger = pair(&g, "poison_message", Some("ledger"));
+    assert_eq!(
+        ledger.oldest_pending,
+        Some(at(32)),
+        "its first hour all claimed"
+    );
+    let unnamed = pair(&g, "permanent_failure", None);
+    assert_eq!(
+        unnamed.oldest_pending,
+        Some(at(3)),
+        "a lapsed lease is pending"
+    );
+}
+
+/// Settled and uncertain rows, written by dlq and as another tool would; folded first.
+fn settle_some_rows(db: &TestDb) {
+    ok(db.dlq(&["aggregate", "--by", "reason"]));
+    ok(db.dlq(&["discard", "g-10", "--note", "bad", "--yes"]));
+    ok(db.dlq(&["discard", "g-16", "--note", "bad", "--yes"]));
+    ok(db.dlq(&["restore", "g-16", "--note", "back", "--yes"]));
+    db.sql(&[
+        "UPDATE dead_letters SET replay_attempt_at = now() WHERE id = 'g-22'",
+        "UPDATE dead_letters SET replay_attempt_at = now(), replayed_at = now() \
+         WHERE id IN ('g-28', 'g-9')",
+    ]);
+    answers_as_a_scan(db, "after discard, restore, attempt and mark");
+    let g = gauges(&db.url, &scan_of(&Filter::default()));
+    for st in State::ALL {
+        assert!(g.total(st) > 0, "no {st:?} row to compare");
+    }
+    assert_eq!(
+        pair(&g, "poison_message", Some("billing")).oldest_pending,
+        Some(at(16)),
+        "g-16 restored; g-10 discarded"
+    );
 }
 
 #[test]
