@@ -1,13 +1,22 @@
-//! The reads behind `dlq metrics` and `dlq check`: what an alert needs, in two cheap
-//! statements whatever the size of the table.
+//! The reads behind `dlq metrics` and `dlq check`: what an alert needs, in a few cheap
+//! statements whatever the size of the table, since a scrape that outlasts its timeout
+//! says nothing at the moment (a flood) the alert matters.
 //!
-//! One `GROUP BY reason, eff_producer` (both indexed, both short texts) counts every
-//! state and finds the oldest pending row of each pair in one pass; one `GROUP BY
-//! outcome` over the history counts the settled replays. States are the store's own
-//! rule (`read::state_of`), never spelled here, so a change of that rule reaches the
-//! alerts too.
+//! The rows per state of each reason/producer pair and its oldest pending row come, on
+//! PostgreSQL, from the per-group counts the store keeps for `aggregate` (the read side's
+//! `rollup`, which reads only the few rows the counts cannot tell); SQLite keeps no
+//! counts, and a filter the counts cannot answer (a state, a content filter, an event)
+//! or a role that may not read them has the rows read: one `GROUP BY reason,
+//! eff_producer` (both indexed, both short texts) that counts every state and finds the
+//! oldest pending row in one pass. Both answer alike, to the row and the microsecond. One
+//! `GROUP BY outcome` over the history counts the settled replays. States are the
+//! store's own rule (`read::state_of`), never spelled here, so a change of that rule
+//! reaches the alerts too.
 
-use super::read::{all, required, select, state_of, text, Backend, Dialect, Reads, TimeCol};
+use super::read::{
+    all, kept_pair_counts, required, state_of, text, where_sql, Backend, Dialect, Reads, Sql,
+    TimeCol,
+};
 use crate::error::Result;
 use crate::model::{Filter, Outcome, State};
 use async_trait::async_trait;
@@ -113,24 +122,11 @@ impl<B: Backend> AlertReads for B {
 }
 
 async fn pair_counts<B: Backend>(b: &B, filter: &Filter) -> Result<Vec<PairCounts>> {
-    let mut columns: Vec<String> = State::ALL
-        .iter()
-        .map(|st| {
-            let p = state_of::<B::Db>(*st);
-            format!("count(CASE WHEN {p} THEN 1 END) AS {}", st.as_str())
-        })
-        .collect();
-    // Times through the dialect: on SQLite a worker's TEXT time is read like dlq's own.
-    columns.push(format!(
-        "min(CASE WHEN {} THEN {} END) AS oldest_pending",
-        state_of::<B::Db>(State::Pending),
-        B::Db::at(TimeCol::DeadLetteredAt)
-    ));
-    let mut qb = select::<B::Db>(
-        &format!("reason, eff_producer AS producer, {}", columns.join(", ")),
-        filter,
-    );
-    qb.push(" GROUP BY reason, eff_producer");
+    let sql = match kept_pair_counts(b, filter).await? {
+        Some(sql) => sql,
+        None => scanned_pair_counts::<B::Db>(filter),
+    };
+    let mut qb = sql.into_builder();
     let mut pairs = all(b, &mut qb, |row| {
         let mut by_state = [0i64; 5];
         for (i, st) in State::ALL.iter().enumerate() {
@@ -151,6 +147,30 @@ async fn pair_counts<B: Backend>(b: &B, filter: &Filter) -> Result<Vec<PairCount
             .then_with(|| a.producer.cmp(&b.producer))
     });
     Ok(pairs)
+}
+
+/// The pair counts from a pass over the rows that match `filter`.
+fn scanned_pair_counts<D: Dialect>(filter: &Filter) -> Sql {
+    let mut columns: Vec<String> = State::ALL
+        .iter()
+        .map(|st| {
+            let p = state_of::<D>(*st);
+            format!("count(CASE WHEN {p} THEN 1 END) AS {}", st.as_str())
+        })
+        .collect();
+    // Times through the dialect: on SQLite a worker's TEXT time is read like dlq's own.
+    columns.push(format!(
+        "min(CASE WHEN {} THEN {} END) AS oldest_pending",
+        state_of::<D>(State::Pending),
+        D::at(TimeCol::DeadLetteredAt)
+    ));
+    let mut sql = Sql::new(format!(
+        "SELECT reason, eff_producer AS producer, {} FROM dead_letters",
+        columns.join(", ")
+    ));
+    sql.append(where_sql::<D>(filter));
+    sql.push(" GROUP BY reason, eff_producer");
+    sql
 }
 
 async fn outcome_counts<B: Backend>(b: &B, filter: &Filter) -> Result<Vec<(Outcome, i64)>> {

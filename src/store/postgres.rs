@@ -156,7 +156,7 @@ impl Rollup for PgStore {
             return Ok(Fold::Unavailable);
         }
         if code != "42501" {
-            tracing::warn!(sqlstate = %code, "could not fold aggregate's kept counts; reading them unfolded");
+            tracing::warn!(sqlstate = %code, "could not fold the kept counts; reading them unfolded");
         }
         let readable = sqlx::query_scalar::<_, bool>(&format!(
             "SELECT {READABLE}, set_config('jit', 'off', false)"

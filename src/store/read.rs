@@ -46,7 +46,7 @@ use decode::time;
 pub(crate) use decode::{required, text};
 pub(crate) use decode::{Col, Columns};
 pub(crate) use filter::{push_where, state_of, where_sql};
-pub(crate) use rollup::{Fold, Rollup};
+pub(crate) use rollup::{kept_pair_counts, Fold, Rollup};
 pub(crate) use rows::{exported, import_history};
 pub use sql::Sql;
 
@@ -237,7 +237,8 @@ pub trait Backend: Send + Sync {
     fn bulk_export(&self) -> Option<&dyn BulkExport> {
         None
     }
-    /// The per-group counts `aggregate` reads when its filter allows (see [`rollup`]).
+    /// The per-group counts `aggregate`, `metrics` and `check` read when their filter
+    /// allows (see [`rollup`]).
     fn rollup(&self) -> Option<&dyn Rollup> {
         None
     }

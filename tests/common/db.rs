@@ -196,6 +196,39 @@ impl TestDb {
         assert_eq!(r.code, 0, "show {id}: {}", r.stderr);
         r.json()
     }
+
+    /// Runs `f` while another session holds the lock of the kept counts' fold
+    /// (PostgreSQL): a fold under way elsewhere, its transaction still open.
+    pub fn with_fold_held(&self, f: impl FnOnce()) {
+        let mut psql = Command::new("psql")
+            .args(["-X", "-q", &self.url])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("psql");
+        let mut stdin = psql.stdin.take().unwrap();
+        stdin
+            .write_all(
+                b"BEGIN; SELECT pg_advisory_xact_lock(hashtextextended('dlq_rollup_fold', 0));\n\
+                  \\echo held\n",
+            )
+            .unwrap();
+        wait_for_line(psql.stdout.as_mut().unwrap(), "held");
+        f();
+        drop(stdin);
+        psql.wait().unwrap();
+    }
+}
+
+fn wait_for_line(out: &mut impl std::io::Read, want: &str) {
+    use std::io::BufRead;
+    let mut lines = std::io::BufReader::new(out).lines();
+    for line in lines.by_ref() {
+        if line.unwrap().trim() == want {
+            return;
+        }
+    }
+    panic!("psql never said {want}");
 }
 
 impl Drop for TestDb {

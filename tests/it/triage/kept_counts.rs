@@ -4,7 +4,6 @@
 //! answers come from the same binary.
 
 use super::*;
-use std::process::Command;
 
 /// A scan of every row: the counts cannot answer a state filter (every row is in one of
 /// these).
@@ -136,7 +135,7 @@ fn kept_counts_answer_as_a_scan_after_every_kind_of_write() {
 
     // A fold under way elsewhere (its transaction still open): the read sums the deltas
     // and reads stale buckets' times from the rows itself.
-    held_fold(&db, || {
+    db.with_fold_held(|| {
         db.sql(&["DELETE FROM dead_letters WHERE id = 'bulk-3'"]);
         answers_as_a_scan(&db, "while another fold holds the lock");
     });
@@ -157,39 +156,6 @@ fn kept_counts_answer_as_a_scan_after_every_kind_of_write() {
         .dlq(&["aggregate", "--by", "reason", SCAN[0], SCAN[1]])
         .json();
     assert_ne!(counted, scanned);
-}
-
-/// Runs `f` while another session holds the fold's lock.
-fn held_fold(db: &TestDb, f: impl FnOnce()) {
-    let mut psql = Command::new("psql")
-        .args(["-X", "-q", &db.url])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("psql");
-    use std::io::Write;
-    let mut stdin = psql.stdin.take().unwrap();
-    stdin
-        .write_all(
-            b"BEGIN; SELECT pg_advisory_xact_lock(hashtextextended('dlq_rollup_fold', 0));\n\
-              \\echo held\n",
-        )
-        .unwrap();
-    wait_for_line(psql.stdout.as_mut().unwrap(), "held");
-    f();
-    drop(stdin);
-    psql.wait().unwrap();
-}
-
-fn wait_for_line(out: &mut impl std::io::Read, want: &str) {
-    use std::io::BufRead;
-    let mut lines = std::io::BufReader::new(out).lines();
-    for line in lines.by_ref() {
-        if line.unwrap().trim() == want {
-            return;
-        }
-    }
-    panic!("psql never said {want}");
 }
 
 #[test]

@@ -1,5 +1,8 @@
 //! `dlq metrics` (printed and served) and `dlq check`, on PostgreSQL and SQLite: the
-//! exposition parsed by real Prometheus parsers, counts checked against SQL.
+//! exposition parsed by real Prometheus parsers, counts checked against SQL. On
+//! PostgreSQL they answer from the kept counts: `kept_counts`.
+
+mod kept_counts;
 
 use crate::common::*;
 use serde_json::json;
@@ -420,7 +423,8 @@ fn listen_says_down_while_the_database_is_cut_and_keeps_serving() {
 fn listen_queries_the_store_once_for_scrapes_that_wait_together() {
     let db = TestDb::migrated(Backend::Postgres);
     import(&db, &[row("w0", "poison_message", "billing", "pending")]);
-    // Every pair count is one scan of dead_letters (the history count reads another table).
+    // Each query reads dead_letters once here: the pair counts' scan, or from the kept
+    // counts the one pair's oldest pending row (the history count reads another table).
     let scans = || {
         db.scalar(
             "SELECT seq_scan + COALESCE(idx_scan, 0) FROM pg_stat_user_tables \
