@@ -155,7 +155,8 @@ impl Rollup for PgStore {
         if matches!(code.as_ref(), "42883" | "42P01") {
             return Ok(Fold::Unavailable);
         }
-        if code != "42501" {
+        // 42501: a role that may not fold; 25006: a read-only database (a standby).
+        if !matches!(code.as_ref(), "42501" | "25006") {
             tracing::warn!(sqlstate = %code, "could not fold the kept counts; reading them unfolded");
         }
         let readable = sqlx::query_scalar::<_, bool>(&format!(

@@ -280,3 +280,19 @@ fn a_role_that_may_not_read_the_kept_counts_gets_the_gauges_of_the_rows() {
         std::panic::resume_unwind(e);
     }
 }
+
+/// A read-only database (a standby) cannot fold: each scrape reads the counts unfolded,
+/// quietly. Once broke: every scrape logged a warning that the fold failed.
+#[test]
+fn a_read_only_database_reads_the_counts_unfolded_without_a_warning() {
+    let db = TestDb::migrated(Backend::Postgres);
+    db.sql(&[BULK]);
+    let name = db.url.rsplit('/').next().unwrap().to_string();
+    db.sql(&[&format!(
+        "ALTER DATABASE {name} SET default_transaction_read_only = on"
+    )]);
+    answers_as_a_scan(&db, "read only");
+    let r = db.dlq(&["metrics"]);
+    assert_eq!(r.code, 0, "{}", r.all());
+    assert!(!r.stderr.contains("fold"), "{}", r.stderr);
+}
