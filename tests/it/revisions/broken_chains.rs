@@ -1,8 +1,11 @@
 //! Copies of one event whose revision chain is broken in this store (a middle never
-//! exported, or pruned): no `revision_of` links them, so `import` knows them by the
-//! event ID an edit keeps.
+//! exported, or pruned): no `revision_of` links them, so `import` knows them by what an
+//! edit keeps, the event ID and the dead-lettered time (an edit copies it). A plain
+//! duplicate of the event (dead-lettered again, at its own time) is no copy.
 
-use super::set_aside::{add, export, import, import_refused, revise};
+use super::set_aside::{
+    add, export, import, import_refused, refused_in_either_order, replay, revise,
+};
 use crate::common::*;
 use tempfile::NamedTempFile;
 
@@ -20,20 +23,93 @@ fn chain_of_edits(db: &TestDb, id: &str, n: usize) -> Vec<String> {
         .collect()
 }
 
-/// One dead letter as a file for `import`.
-fn file_of(row: &serde_json::Value) -> NamedTempFile {
+/// The lines of the export `f` but those of `gone`: an export taken after `prune`
+/// deleted them.
+fn without(f: &NamedTempFile, gone: &[&str]) -> NamedTempFile {
+    let text = std::fs::read_to_string(f.path()).unwrap();
+    let kept: String = text
+        .lines()
+        .filter(|l| {
+            let id = serde_json::from_str::<serde_json::Value>(l).unwrap()["id"].clone();
+            !gone.iter().any(|g| id == *g)
+        })
+        .map(|l| format!("{l}\n"))
+        .collect();
+    let out = NamedTempFile::new().unwrap();
+    std::fs::write(out.path(), kept).unwrap();
+    out
+}
+
+/// Dead letters as a file for `import`.
+fn file_of(rows: &[&serde_json::Value]) -> NamedTempFile {
     let f = NamedTempFile::new().unwrap();
-    std::fs::write(f.path(), format!("{row}\n")).unwrap();
+    let text: String = rows.iter().map(|r| format!("{r}\n")).collect();
+    std::fs::write(f.path(), text).unwrap();
     f
+}
+
+/// What the cure stands on: an edit copies the original's `dead_lettered_at`, and an
+/// export read by `import` keeps it to the microsecond, from either store into either.
+#[test]
+fn an_edit_and_a_round_trip_keep_the_dead_lettered_time_to_the_microsecond() {
+    let at = "2026-01-02T03:04:05.123456Z";
+    for (from, to) in [
+        (Backend::Postgres, Backend::Sqlite),
+        (Backend::Sqlite, Backend::Postgres),
+    ] {
+        let src = TestDb::migrated(from);
+        let mut row = letter("orig", &unique("dlq_rev_time"), br#"{"amount": "1,50"}"#);
+        row["dead_lettered_at"] = at.into();
+        src.add(row);
+        let rev = revise(&src, "orig");
+        let dst = TestDb::migrated(to);
+        import(&dst, &export(&src, &[]));
+        for (db, id) in [(&src, "orig"), (&src, &rev), (&dst, "orig"), (&dst, &rev)] {
+            assert_eq!(db.show(id)["dead_lettered_at"], at, "{:?} {id}", db.backend);
+        }
+    }
+}
+
+/// Once broke: only an imported revision whose direct original was missing here was
+/// matched by its event ID. `orig` edited into R1, R2, R3; R1 pruned: R3 (its R2 here,
+/// discarded) went in beside `orig` pending, and `orig` beside R3.
+#[test]
+fn import_refuses_a_revision_whose_chain_breaks_above_its_direct_original() {
+    for b in BACKENDS {
+        let src = TestDb::migrated(b);
+        add(&src, "orig", &unique("dlq_rev_high"));
+        let before = export(&src, &[]);
+        let chain = chain_of_edits(&src, "orig", 3);
+        let pruned = without(&export(&src, &["--revisions"]), &[&chain[0]]);
+        refused_in_either_order(b, &before, &pruned);
+    }
+}
+
+/// Once broke: an imported revision whose chain is broken here was exempt when it was
+/// replayed, beside its live original that had never been: the event could go out
+/// through both, once each.
+#[test]
+fn import_refuses_a_replayed_revision_with_a_broken_chain_beside_its_live_original() {
+    for b in BACKENDS {
+        let src = TestDb::migrated(b);
+        let mut mq = Rabbit::new();
+        let q = mq.queue("dlq_rev_replayed_gap");
+        add(&src, "orig", &q);
+        let before = export(&src, &[]);
+        let chain = chain_of_edits(&src, "orig", 2);
+        let r = replay(&src, &chain[1]);
+        assert_eq!(r.code, 0, "{b:?} replay: {}", r.all());
+        let replayed = export(&src, &["--revisions", "--state", "replayed"]);
+        refused_in_either_order(b, &before, &replayed);
+    }
 }
 
 /// Once broke: the check followed `revision_of` only through rows of this store. `orig`
 /// edited into R1 and R1 into R2 elsewhere: the export of the pending rows holds only R2
 /// (`revision_of` R1, a row this store never had), and it went in beside `orig` pending,
-/// one event (the same event ID) replayable twice. A plain duplicate (the same event
-/// dead-lettered twice, no revision) still goes in. Not caught: the other order, and an
-/// old export of `orig` after `prune` deleted the discarded `orig` and R1 (see
-/// `live_pair`).
+/// one event (the same event ID) replayable twice. Once broke too: in the other order,
+/// `orig` imported after R2. A plain duplicate (the same event dead-lettered again, at
+/// its own time) still goes in beside either.
 #[test]
 fn import_never_makes_an_original_and_a_revision_with_a_missing_middle_both_replayable() {
     for b in BACKENDS {
@@ -43,35 +119,38 @@ fn import_never_makes_an_original_and_a_revision_with_a_missing_middle_both_repl
         let before = export(&src, &[]);
         chain_of_edits(&src, "orig", 2);
         let pending = export(&src, &["--state", "pending"]);
-        // The original here, then the revision whose middle this store never had. (The
-        // other order, the revision first, is not caught: see `live_pair`.)
+        refused_in_either_order(b, &before, &pending);
         let dst = TestDb::migrated(b);
         import(&dst, &before);
         let r = import_refused(&dst, &pending);
         assert!(r.all().contains("same event ID"), "{}", r.all());
-        // A plain duplicate of one event (no revision) goes in beside the original.
+        // A plain duplicate of the event goes in beside the original and the revision.
         let mut twin = letter("orig-again", &q, br#"{"amount": "1,50"}"#);
         twin["event_id"] = "evt-orig".into();
-        let dst = TestDb::migrated(b);
-        import(&dst, &before);
-        import(&dst, &file_of(&twin));
-        assert_eq!(dst.ids(&["--state", "pending"]).len(), 2, "{b:?}");
+        for first in [&before, &pending] {
+            let dst = TestDb::migrated(b);
+            import(&dst, first);
+            import(&dst, &file_of(&[&twin]));
+            assert_eq!(dst.ids(&["--state", "pending"]).len(), 2, "{b:?}");
+        }
     }
 }
 
 /// Once broke (review): the event-ID rule refused imports an operator needs: a store's
 /// whole export (an edited row beside a plain duplicate of its event) into an empty
-/// store, and a come-back of a replayed revision's event. Only a revision whose chain
-/// is broken here is matched by its event ID.
+/// store, and a come-back of a replayed revision's event. Once broke too: the same whole
+/// export once `prune` had deleted the discarded original (the revision's chain broken).
+/// The old export of that original is still refused there.
 #[test]
 fn whole_exports_and_come_backs_of_revised_events_import() {
     for b in BACKENDS {
         let src = TestDb::migrated(b);
         let q = unique("dlq_rev_whole");
         add(&src, "a1", &q);
+        let before = export(&src, &[]);
         let mut twin = letter("a2", &q, br#"{"amount": "1,50"}"#);
         twin["event_id"] = "evt-a1".into();
-        import(&src, &file_of(&twin));
+        import(&src, &file_of(&[&twin]));
         let v = revise(&src, "a1");
         let dst = TestDb::migrated(b);
         import(&dst, &export(&src, &[]));
@@ -83,6 +162,76 @@ fn whole_exports_and_come_backs_of_revised_events_import() {
         let mut back = letter("a1-back", &q, br#"{"amount": "1.50"}"#);
         back["event_id"] = "evt-a1".into();
         back["headers"]["x-dead-letter-id"] = v.clone().into();
-        import(&dst, &file_of(&back));
+        import(&dst, &file_of(&[&back]));
+        // The discarded original pruned, the rest moves as it is.
+        std::thread::sleep(std::time::Duration::from_millis(1200));
+        let r = src.dlq(&[
+            "prune",
+            "--older-than",
+            "1s",
+            "--state",
+            "discarded",
+            "--yes",
+        ]);
+        assert_eq!(r.json()["deleted"], 1, "{b:?} a1 is pruned: {}", r.all());
+        let dst = TestDb::migrated(b);
+        import(&dst, &export(&src, &[]));
+        assert_eq!(dst.ids(&["--state", "pending"]).len(), 2, "{b:?}");
+        import_refused(&dst, &before);
+    }
+}
+
+/// The times are compared as instants: a worker's SQLite text in any of the forms dlq
+/// reads (a `T` or a space, `Z`, `+00:00`, `+0000`, another offset) is the instant an
+/// edit copied into the revision (dlq's INTEGER microseconds), and a microsecond apart
+/// is another time: a plain duplicate, which goes in.
+#[test]
+fn import_matches_a_time_a_worker_wrote_as_text_as_the_instant_it_is() {
+    let src = TestDb::migrated(Backend::Postgres);
+    let q = unique("dlq_rev_text_time");
+    let mut row = letter("orig", &q, br#"{"amount": "1,50"}"#);
+    row["dead_lettered_at"] = "2026-01-02T03:04:05.123456Z".into();
+    src.add(row);
+    chain_of_edits(&src, "orig", 2);
+    let pending = export(&src, &["--state", "pending"]);
+    let forms = [
+        ("2026-01-02 03:04:05.123456+0000", 2),
+        ("2026-01-02T03:04:05.123456Z", 2),
+        ("2026-01-02 03:04:05.123456+00:00", 2),
+        ("2026-01-02T04:04:05.123456+0100", 2),
+        ("2026-01-02 03:04:05.123457+0000", 0),
+    ];
+    for (at, code) in forms {
+        let dst = TestDb::migrated(Backend::Sqlite);
+        dst.sql(&[&format!(
+            "INSERT INTO dead_letters (id, body, reason, attempts, headers_json, event_id, \
+             source_queue, dead_lettered_at) \
+             VALUES ('orig', X'7b7d', 'retries_exhausted', 1, '{{}}', 'evt-orig', '{q}', '{at}')"
+        )]);
+        let r = dst.dlq(&["import", pending.path().to_str().unwrap()]);
+        assert_eq!(r.code, code, "{at}: {}", r.all());
+    }
+}
+
+/// Two dead letters of one event at one time (a worker's batch in one transaction), each
+/// edited: the revisions share the event ID and the time, but their chains are whole here
+/// and apart, so they are no copies: a whole export of that store imports (the event rule
+/// as first written here refused it).
+#[test]
+fn revisions_of_two_duplicates_at_one_time_with_whole_chains_import() {
+    for b in BACKENDS {
+        let src = TestDb::migrated(b);
+        let q = unique("dlq_rev_same_time");
+        let [mut d1, mut d2] = ["d1", "d2"].map(|id| letter(id, &q, br#"{"amount": "1,50"}"#));
+        for d in [&mut d1, &mut d2] {
+            d["event_id"] = "evt-batch".into();
+            d["dead_lettered_at"] = "2026-01-02T03:04:05.123456Z".into();
+        }
+        import(&src, &file_of(&[&d1, &d2]));
+        revise(&src, "d1");
+        revise(&src, "d2");
+        let dst = TestDb::migrated(b);
+        import(&dst, &export(&src, &[]));
+        assert_eq!(dst.ids(&["--state", "pending"]).len(), 2, "{b:?}");
     }
 }
