@@ -1,11 +1,13 @@
-//! Two live copies of one event: what an import must never leave behind.
+//! Two live copies of one event: what an import or a restore must never leave behind.
 //!
 //! An edit keeps one copy of an event live: it sets the original aside (discarded) in the
 //! transaction that makes the revision. A row that arrives live afterwards may be a
 //! second copy (an export of the original taken before its edit, a revision made in
-//! another store); then the event could go out through both. [`live_pair`] finds such a
-//! pair (what counts as copies, and what is not caught, is said there); an import with
-//! one is refused whole ([`live_pair_refused`]).
+//! another store, an original discarded here and restored beside a revision imported
+//! from the store that edited it); then the event could go out through both.
+//! [`live_pair`] finds such a pair (what counts as copies, and what is not caught, is
+//! said there); an import with one is refused whole ([`live_pair_refused`]), a restore
+//! leaves such a row discarded ([`push_no_live_copy`], [`restored_copies`]).
 //!
 //! Cheap: the chains' rows (the revision rows, a partial index, and the IDs they name),
 //! and for the event rule the live rows of the arriving rows' event IDs (one probe of the
@@ -14,6 +16,7 @@
 //! pair of a hot event's rows.
 
 use super::read::{Bind, Decoded, Dialect, NotUtf8, TimeCol};
+use super::NOT_REVISED;
 use crate::error::DlqError;
 use crate::spell::{words, Cmd};
 use futures_util::TryStreamExt;
@@ -29,6 +32,9 @@ pub(crate) enum Arriving<'a> {
     /// SQLite's staged import of this token: its rows hold the token as their claim and
     /// their own times wait in `dlq_import_rows`.
     Staged(&'a str),
+    /// These rows, which a restore would make live again: the discarded ones no
+    /// revision was made of (a revised original stays set aside anyway: [`NOT_REVISED`]).
+    Restored(&'a [String]),
 }
 
 impl Arriving<'_> {
@@ -42,6 +48,12 @@ impl Arriving<'_> {
             Arriving::Staged(token) => {
                 qb.push("SELECT id FROM dlq_import_rows WHERE token = ");
                 D::bind(qb, Bind::Text(token.to_string()));
+            }
+            Arriving::Restored(ids) => {
+                qb.push("SELECT id FROM dead_letters WHERE ");
+                D::push_ids(qb, ids);
+                qb.push(" AND discarded_at IS NOT NULL AND replayed_at IS NULL AND ");
+                qb.push(NOT_REVISED);
             }
         }
     }
@@ -60,6 +72,7 @@ impl Arriving<'_> {
         match self {
             Arriving::Imported(_) => "d.discarded_at IS NULL",
             Arriving::Staged(_) => "COALESCE(s.discarded_at, d.discarded_at) IS NULL",
+            Arriving::Restored(_) => "(d.discarded_at IS NULL OR d.id IN (SELECT id FROM arr))",
         }
     }
 
@@ -186,10 +199,10 @@ fn push_event_rows<D: Dialect>(qb: &mut QueryBuilder<'static, D>, arriving: Arri
     ));
 }
 
-/// A live copy of an arriving row's event ([`live_pair`]).
+/// A live copy of an arriving row's event ([`live_pair`], [`restored_copies`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LiveCopy {
-    /// The arriving row.
+    /// The arriving row: imported, or to be restored.
     pub id: String,
     /// The other copy, live (or arriving too).
     pub other: String,
@@ -254,16 +267,36 @@ async fn read_copies<D: Dialect>(
     mut qb: QueryBuilder<'static, D>,
 ) -> Decoded<Vec<LiveCopy>> {
     let rows = D::fetch(conn, qb.build()).try_collect::<Vec<_>>().await?;
-    rows.iter()
-        .map(|row| {
-            let text = |col| D::text(row, col, NotUtf8::Escape);
-            Ok(LiveCopy {
-                id: text("id")?.unwrap_or_default(),
-                other: text("other")?.unwrap_or_default(),
-                event: text("event")?,
-            })
-        })
-        .collect()
+    rows.iter().map(copy_of::<D>).collect()
+}
+
+/// A row of `pairs`.
+pub(crate) fn copy_of<D: Dialect>(row: &D::Row) -> Decoded<LiveCopy> {
+    let text = |col| D::text(row, col, NotUtf8::Escape);
+    Ok(LiveCopy {
+        id: text("id")?.unwrap_or_default(),
+        other: text("other")?.unwrap_or_default(),
+        event: text("event")?,
+    })
+}
+
+/// A restore's guard on the rows `ids`: the row (`id` of `dead_letters`) has no live copy
+/// of its event, the other rows of `ids` counted live (they would be restored with it).
+/// The same pairs as an import's, so that nothing else makes a set-aside row live again
+/// beside a copy (see [`live_pair`]).
+pub(crate) fn push_no_live_copy<D: Dialect>(qb: &mut QueryBuilder<'static, D>, ids: &[String]) {
+    qb.push("id NOT IN (");
+    push_pairs(qb, Arriving::Restored(ids));
+    qb.push("SELECT id FROM pairs)");
+}
+
+/// Each of the rows `ids` that [`push_no_live_copy`] keeps discarded, with a live copy of
+/// its event (or another of `ids`): what a restore says of it.
+pub(crate) fn restored_copies<D: Dialect>(ids: &[String]) -> QueryBuilder<'static, D> {
+    let mut qb = QueryBuilder::new("");
+    push_pairs(&mut qb, Arriving::Restored(ids));
+    qb.push("SELECT id, other, event FROM pairs");
+    qb
 }
 
 /// Why an import with a [`live_pair`] imported nothing.

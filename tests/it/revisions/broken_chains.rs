@@ -1,7 +1,7 @@
 //! Copies of one event whose revision chain is broken in this store (a middle never
-//! exported, or pruned): no `revision_of` links them, so `import` knows them by what an
-//! edit keeps, the event ID and the dead-lettered time (an edit copies it). A plain
-//! duplicate of the event (dead-lettered again, at its own time) is no copy.
+//! exported, or pruned): no `revision_of` links them, so `import` and `restore` know them
+//! by what an edit keeps, the event ID and the dead-lettered time (an edit copies it). A
+//! plain duplicate of the event (dead-lettered again, at its own time) is no copy.
 
 use super::set_aside::{
     add, export, import, import_refused, refused_in_either_order, replay, revise,
@@ -233,5 +233,63 @@ fn revisions_of_two_duplicates_at_one_time_with_whole_chains_import() {
         let dst = TestDb::migrated(b);
         import(&dst, &export(&src, &[]));
         assert_eq!(dst.ids(&["--state", "pending"]).len(), 2, "{b:?}");
+    }
+}
+
+/// Once broke: `restore` checked only that no revision here named the row. `orig`,
+/// imported from a backup and set aside (discarded) here, was made pending again beside
+/// R2, a revision of its revision R1 imported from the store that edited it (R1 never
+/// here): the event could go out through both. A plain duplicate of the event, at its
+/// own time, is restored; two copies restored together are not.
+#[test]
+fn restore_never_makes_an_original_live_beside_a_revision_with_a_missing_middle() {
+    for b in BACKENDS {
+        let src = TestDb::migrated(b);
+        let q = unique("dlq_rev_restore_gap");
+        add(&src, "orig", &q);
+        let before = export(&src, &[]);
+        let chain = chain_of_edits(&src, "orig", 2);
+        let dst = TestDb::migrated(b);
+        import(&dst, &before);
+        let mut twin = letter("orig-again", &q, br#"{"amount": "1,50"}"#);
+        twin["event_id"] = "evt-orig".into();
+        import(&dst, &file_of(&[&twin]));
+        for id in ["orig", "orig-again"] {
+            let r = dst.dlq(&["discard", id, "--note", "not now", "--yes"]);
+            assert_eq!(r.code, 0, "{b:?} discard: {}", r.all());
+        }
+        // One live copy: it goes in.
+        import(&dst, &export(&src, &["--state", "pending"]));
+        let r = dst.dlq(&["restore", "orig", "--note", "after all", "--yes"]);
+        assert_eq!(r.code, 3, "{b:?} restore: {}", r.all());
+        let j = r.json();
+        assert_eq!(j["outcome"], "not_restored", "{j}");
+        let detail = j["detail"].as_str().unwrap();
+        assert!(
+            detail.contains(&chain[1]) && detail.contains("same event ID"),
+            "{detail}"
+        );
+        assert_eq!(dst.ids(&["--state", "pending"]), vec![chain[1].clone()]);
+        let r = dst.dlq(&["restore", "orig-again", "--note", "its own", "--yes"]);
+        assert_eq!(r.code, 0, "{b:?} plain duplicate: {}", r.all());
+        // Two copies restored together: neither is.
+        let r = dst.dlq(&[
+            "discard",
+            &chain[1],
+            "--note",
+            "the original instead",
+            "--yes",
+        ]);
+        assert_eq!(r.code, 0, "{b:?} discard: {}", r.all());
+        let both = ["--event-id", "evt-orig", "--state", "discarded"];
+        let r = dst.dlq(&[&["restore", "--note", "both", "--yes"][..], &both].concat());
+        assert_eq!(r.code, 3, "{b:?} restore of both: {}", r.all());
+        assert_eq!(
+            dst.ids(&["--state", "pending"]),
+            vec!["orig-again"],
+            "{b:?}"
+        );
+        let r = dst.dlq(&["restore", "orig", "--note", "after all", "--yes"]);
+        assert_eq!(r.code, 0, "{b:?} restore of one: {}", r.all());
     }
 }

@@ -305,6 +305,38 @@ fn restore_racing_an_import_of_its_revision_never_makes_both_replayable() {
     assert_eq!(dst.show("orig")["state"], "discarded");
 }
 
+/// Once broke: `restore` checked only that no revision was made of the row. A revision
+/// set aside in its store (discarded), imported beside its original, pending here, was
+/// made pending again: the event could go out through both.
+#[test]
+fn restore_never_makes_a_revision_live_beside_its_live_original() {
+    for b in BACKENDS {
+        let e = edited(b, &unique("dlq_rev_restore_copy"));
+        let r = e
+            .src
+            .dlq(&["discard", &e.rev, "--note", "not yet", "--yes"]);
+        assert_eq!(r.code, 0, "{b:?} discard: {}", r.all());
+        let dst = TestDb::migrated(b);
+        import(&dst, &e.before);
+        import(&dst, &e.revisions());
+        let r = dst.dlq(&["restore", &e.rev, "--note", "after all", "--yes"]);
+        assert_eq!(r.code, 3, "{b:?} restore: {}", r.all());
+        let j = r.json();
+        assert_eq!(j["outcome"], "not_restored", "{j}");
+        let detail = j["detail"].as_str().unwrap();
+        assert!(
+            detail.contains("\"orig\"") && detail.contains("copies of one event"),
+            "{detail}"
+        );
+        assert_eq!(dst.ids(&["--state", "pending"]), vec!["orig"], "{b:?}");
+        let r = dst.dlq(&["discard", "orig", "--note", "the revision instead", "--yes"]);
+        assert_eq!(r.code, 0, "{b:?} discard: {}", r.all());
+        // The original set aside, its revision may be restored.
+        let r = dst.dlq(&["restore", &e.rev, "--note", "after all", "--yes"]);
+        assert_eq!(r.code, 0, "{b:?} restore: {}", r.all());
+    }
+}
+
 /// Once broke: `edit --plan --plan-out` with a path it cannot write made every revision,
 /// then failed (exit 2, "bad arguments") with no summary and no plan of them: the
 /// reviewed plan was spent and nothing said which revisions to replay. The path is
