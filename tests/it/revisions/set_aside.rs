@@ -37,6 +37,16 @@ fn of_event(msgs: &[Received], event: &str) -> usize {
         .count()
 }
 
+/// `prune --older-than 1s ARGS --yes`, a second after now: the rows settled until now go.
+pub(super) fn prune_settled(db: &TestDb, args: &[&str]) -> Run {
+    std::thread::sleep(std::time::Duration::from_millis(1200));
+    let mut a = vec!["prune", "--older-than", "1s", "--yes"];
+    a.extend_from_slice(args);
+    let r = db.dlq(&a);
+    assert_eq!(r.code, 0, "{:?} prune: {}", db.backend, r.all());
+    r
+}
+
 /// Once broke: `prune` deleted a replayed revision, and with it the only trace
 /// (`revision_of`) that `restore` looked at, so the revised original could be made
 /// pending again and replayed: the event went out through both copies.
@@ -50,16 +60,7 @@ fn a_revised_original_stays_set_aside_after_its_revision_is_pruned() {
         let rev = revise(&db, "orig");
         let r = replay(&db, &rev);
         assert_eq!(r.code, 0, "{b:?} replay of the revision: {}", r.all());
-        std::thread::sleep(std::time::Duration::from_millis(1200));
-        let r = db.dlq(&[
-            "prune",
-            "--older-than",
-            "1s",
-            "--state",
-            "replayed",
-            "--yes",
-        ]);
-        assert_eq!(r.code, 0, "{b:?} prune: {}", r.all());
+        let r = prune_settled(&db, &["--state", "replayed"]);
         assert_eq!(r.json()["deleted"], 1, "{b:?} the revision is pruned");
         let r = db.dlq(&["restore", "orig", "--note", "looks stuck", "--yes"]);
         assert_eq!(
@@ -88,18 +89,8 @@ fn a_revised_original_stays_set_aside_after_the_middle_of_a_chain_is_pruned() {
         let r = db.dlq(&["edit", &middle, "--note", "again", "--set", "extra=1"]);
         assert_eq!(r.code, 0, "{b:?} edit of the revision: {}", r.all());
         let last = r.json()["revision_id"].as_str().unwrap().to_string();
-        std::thread::sleep(std::time::Duration::from_millis(1200));
         // Only the middle link: its discarded_at is the newest of the two discarded.
-        let r = db.dlq(&[
-            "prune",
-            "--older-than",
-            "1s",
-            "--state",
-            "discarded",
-            "--revisions",
-            "--yes",
-        ]);
-        assert_eq!(r.code, 0, "{b:?} prune: {}", r.all());
+        let r = prune_settled(&db, &["--state", "discarded", "--revisions"]);
         assert_eq!(
             r.json()["deleted"],
             1,
