@@ -212,7 +212,7 @@ pub async fn confirm_and_apply<F, Fut>(
 ) -> Result<u8>
 where
     F: FnMut(Vec<String>, Vec<NewHistory>) -> Fut,
-    Fut: std::future::Future<Output = dlq::error::Result<Vec<String>>>,
+    Fut: std::future::Future<Output = dlq::error::Result<Applied>>,
 {
     let (verb, from) = (change.action.as_str(), change.from.as_str());
     if sel.ids.is_empty() {
@@ -247,6 +247,41 @@ where
     apply_change(ctx, store, operator, sel, change, act).await
 }
 
+/// What a store step did to a chunk of rows: the rows it changed, and what to say of
+/// those it left as they were for a reason of their own (else why each is unavailable).
+#[derive(Default)]
+pub struct Applied {
+    pub changed: Vec<String>,
+    pub refused: std::collections::HashMap<String, String>,
+}
+
+impl From<Vec<String>> for Applied {
+    fn from(changed: Vec<String>) -> Self {
+        Applied {
+            changed,
+            ..Applied::default()
+        }
+    }
+}
+
+/// The report of a row `change` left as it was: not found, or why it is unavailable.
+async fn refusal(store: &dyn Store, id: &str, change: &Change) -> Result<StepReport> {
+    Ok(match store.summaries(&[id.to_string()]).await?.first() {
+        None => StepReport::new(
+            id,
+            Outcome::NotFound,
+            format!("no dead letter with id {id:?}"),
+        ),
+        Some(row) => {
+            let why = match (row.state, row.id_storage) {
+                (State::Pending, IdStorage::Text) => "it is pending".to_string(),
+                _ => unavailable_words(row, store.now().await?),
+            };
+            StepReport::new(id, change.not_done, format!("{}{why}", change.refused))
+        }
+    })
+}
+
 /// Applies `act` (the store step, which records the history of the rows it changes) to
 /// `ids` a thousand at a time, records the refusals, prints one report per row (JSON
 /// lines for a selection) and returns the exit code of the worst.
@@ -260,7 +295,7 @@ pub async fn apply_change<F, Fut>(
 ) -> Result<u8>
 where
     F: FnMut(Vec<String>, Vec<NewHistory>) -> Fut,
-    Fut: std::future::Future<Output = dlq::error::Result<Vec<String>>>,
+    Fut: std::future::Future<Output = dlq::error::Result<Applied>>,
 {
     let mut worst: Option<Outcome> = None;
     let mut changed_total = 0usize;
@@ -278,26 +313,16 @@ where
                 h
             })
             .collect();
-        let changed: std::collections::HashSet<String> =
-            act(chunk.to_vec(), entries).await?.into_iter().collect();
+        let applied = act(chunk.to_vec(), entries).await?;
+        let changed: std::collections::HashSet<&String> = applied.changed.iter().collect();
         changed_total += changed.len();
         for id in chunk {
             let report = if changed.contains(id) {
                 StepReport::new(id, change.done, change.detail_for(id))
             } else {
-                let r = match store.summaries(std::slice::from_ref(id)).await?.first() {
-                    None => StepReport::new(
-                        id,
-                        Outcome::NotFound,
-                        format!("no dead letter with id {id:?}"),
-                    ),
-                    Some(row) => {
-                        let why = match (row.state, row.id_storage) {
-                            (State::Pending, IdStorage::Text) => "it is pending".to_string(),
-                            _ => unavailable_words(row, store.now().await?),
-                        };
-                        StepReport::new(id, change.not_done, format!("{}{why}", change.refused))
-                    }
+                let r = match applied.refused.get(id) {
+                    Some(why) => StepReport::new(id, change.not_done, why.as_str()),
+                    None => refusal(store, id, change).await?,
                 };
                 r.record(store, operator, change.action, None).await;
                 r

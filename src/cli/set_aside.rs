@@ -1,19 +1,21 @@
 //! `dlq discard` and `dlq restore`, one flow in two directions. A discard sets `pending`
 //! dead letters aside, with a note, so that no claim, plan or replay ever takes them (the
 //! row is kept byte for byte); a restore makes a discarded one `pending` again, with a
-//! note in its history saying why. Two argument structs, for their own help texts.
+//! note in its history saying why, unless another copy of its event is live (a revised
+//! original; see `dlq::store::copies`). Two argument structs, for their own help texts.
 
 use super::filters::{select, FilterArgs};
 use super::output::say;
 use super::prompt::Consent;
-use super::report::{confirm_and_apply, Change};
+use super::report::{confirm_and_apply, Applied, Change};
 use super::Ctx;
 use super::Result;
 use clap::Args;
 use dlq::error::DlqError;
-use dlq::model::{HistoryAction, Outcome, State};
+use dlq::model::{HistoryAction, NewHistory, Outcome, State};
+use dlq::store::copies::LiveCopy;
 use dlq::store::Store;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 #[derive(Debug, Args)]
@@ -183,14 +185,47 @@ async fn run(ctx: &Ctx, dir: Direction, req: Request<'_>) -> Result<u8> {
         &change,
         |ids, history| async move {
             match dir {
-                Direction::Discard => s.discard(&ids, note, &history).await,
-                Direction::Restore => s.restore(&ids, &history).await,
+                Direction::Discard => s.discard(&ids, note, &history).await.map(Applied::from),
+                Direction::Restore => restore_rows(s, &ids, &history).await,
             }
         },
     )
     .await?;
     store.close().await;
     Ok(code)
+}
+
+/// Restores `ids`. A row left discarded because another copy of its event is live (or
+/// restored with it) says which: both could be replayed (see `dlq::store::copies`).
+async fn restore_rows(
+    s: &dyn Store,
+    ids: &[String],
+    history: &[NewHistory],
+) -> dlq::error::Result<Applied> {
+    let changed = s.restore(ids, history).await?;
+    let done: HashSet<&String> = changed.iter().collect();
+    let left: Vec<String> = ids
+        .iter()
+        .filter(|id| !done.contains(id))
+        .cloned()
+        .collect();
+    let mut refused = HashMap::new();
+    if !left.is_empty() {
+        for copy in s.live_copies(&left).await? {
+            refused
+                .entry(copy.id.clone())
+                .or_insert_with(|| live_copy_words(&copy));
+        }
+    }
+    Ok(Applied { changed, refused })
+}
+
+fn live_copy_words(copy: &LiveCopy) -> String {
+    let other = &copy.other;
+    format!(
+        "not restored: it and {other:?} are copies of one event ({}), and {other:?} is live (or restored with it): both could be replayed, one event twice; set {other:?} aside (discard it) first, or restore only one of them",
+        copy.why()
+    )
 }
 
 /// What a restore says of the rows with an open publish attempt (a row imported so, or

@@ -9,6 +9,7 @@
 //! - reads never touch `body` except where the body is the point (`show`, `plan`, replay).
 
 pub mod alerting;
+pub mod copies;
 mod identity;
 pub mod postgres;
 pub mod protocol;

@@ -1,11 +1,11 @@
 //! PostgreSQL: all of its SQL. Times are `timestamptz`; the clock is `now()`.
 
+use super::copies::{live_pair, live_pair_refused, Arriving};
 use super::protocol::{self, LeaseAfter, Resolution, WriteDialect};
 use super::read::{
     claimed_row, import_history, push_where, Backend, Bind, Bucket, Dialect, Doc, Fold, NotUtf8,
     Rollup, Sql, TimeCol,
 };
-use super::revise::Imported;
 use super::{
     check_prune_filter, db_error, migration_error, newly_applied, CaptureOutcome, CapturedLetter,
     Claimed, ImportReport, NewDeadLetter, OnExisting, Store, StoreOptions,
@@ -32,7 +32,7 @@ const NOW: &str = "now()";
 const V1_TOKEN: &str = "right(replay_claim_owner, 40) LIKE ':v1-%'";
 
 /// Takes the advisory lock that orders imports' live-pair checks (any value; "dlq_impt").
-/// An import that inserted rows takes it right before [`super::revise::live_pair`] and
+/// An import that inserted rows takes it right before [`live_pair`] and
 /// holds it to its commit, so two imports (an original, its revision) can no longer both
 /// pass a check blind to the other's uncommitted rows and both commit; a `restore` takes
 /// it before its guard ([`WriteDialect::BEFORE_RESTORE`]) for the same reason. The check
@@ -504,11 +504,11 @@ impl Store for PgStore {
                 .await
                 .map_err(db_error)?;
         }
-        if let Some(pair) = super::revise::live_pair::<Postgres>(&mut tx, Imported::Ids(&imported))
+        if let Some(pair) = live_pair::<Postgres>(&mut tx, Arriving::Imported(&imported))
             .await
             .map_err(db_error)?
         {
-            return Err(super::revise::live_pair_refused(pair));
+            return Err(live_pair_refused(pair));
         }
         tx.commit().await.map_err(db_error)?;
         Ok(report)

@@ -7,6 +7,7 @@
 //! The clock is always the database's ([`Dialect::NOW`]): lease ends are compared on one
 //! clock, however far apart the hosts of two operators are.
 
+use super::copies::push_no_live_copy;
 use super::read::{claimed_columns, Bind, Dialect};
 use super::{state_predicate_at, unsettleable, NOT_REVISED};
 use crate::model::State;
@@ -198,14 +199,17 @@ pub(crate) fn discard<D: WriteDialect>(ids: &[String], note: &str) -> Update<D> 
 }
 
 /// Discarded rows pending again, unless a revision was made of them (its revision
-/// carries the event: both could then be replayed). Run after
-/// [`WriteDialect::BEFORE_RESTORE`], in its transaction.
+/// carries the event) or another copy of their event is live (or restored with them):
+/// both could then be replayed. Run after [`WriteDialect::BEFORE_RESTORE`], in its
+/// transaction.
 pub(crate) fn restore<D: WriteDialect>(ids: &[String]) -> Update<D> {
     let mut qb = update::<D>("discarded_at = NULL, discard_note = NULL");
     push_where(&mut qb, ids);
     push_state(&mut qb, State::Discarded);
     qb.push(" AND ");
     qb.push(NOT_REVISED);
+    qb.push(" AND ");
+    push_no_live_copy(&mut qb, ids);
     qb.push(" RETURNING id");
     qb
 }

@@ -15,6 +15,7 @@
 //! from the counts a store keeps), [`letters`] (whole rows, history), [`plan`] (plan
 //! candidates, returned events), [`export`].
 
+use super::copies::{copy_of, restored_copies, LiveCopy};
 use super::{NewDeadLetter, PlanCandidate};
 use crate::error::{DlqError, Result};
 use crate::model::{
@@ -314,6 +315,9 @@ pub trait Reads: Send + Sync {
     async fn history(&self, id: &str) -> Result<Vec<HistoryEntry>>;
     /// The revisions made of `id` by `dlq edit` (at most one while the promise holds).
     async fn revised_as(&self, id: &str) -> Result<Vec<String>>;
+    /// Each of the rows `ids` that a restore keeps discarded as a second live copy of its
+    /// event, with that copy (see the `copies` module).
+    async fn live_copies(&self, ids: &[String]) -> Result<Vec<LiveCopy>>;
     /// Rows matching the filter, oldest first, with body hashes, for `dlq plan`.
     async fn plan_candidates(&self, filter: &Filter, limit: i64) -> Result<Vec<PlanCandidate>>;
     /// Rows on which `token` (taken earlier by `dlq claim`) holds a live lease and that no
@@ -488,6 +492,10 @@ impl<B: Backend> Reads for B {
 
     async fn revised_as(&self, id: &str) -> Result<Vec<String>> {
         letters::revised_as(self, id).await
+    }
+
+    async fn live_copies(&self, ids: &[String]) -> Result<Vec<LiveCopy>> {
+        all(self, &mut restored_copies::<B::Db>(ids), copy_of::<B::Db>).await
     }
 
     async fn plan_candidates(&self, filter: &Filter, limit: i64) -> Result<Vec<PlanCandidate>> {

@@ -22,7 +22,7 @@
 //! docs/performance.md). Until a row's batch, it shows `claimed` by `dlq-import`.
 
 use super::*;
-use crate::store::revise::{live_pair, live_pair_refused, Imported};
+use crate::store::copies::{live_pair, live_pair_refused, Arriving};
 use crate::store::sqlite_time::to_us;
 use std::time::Instant;
 
@@ -202,7 +202,7 @@ impl SqliteStore {
     async fn release_import(&self, token: &str, staged: Staged) -> Result<ImportReport> {
         let started = Instant::now();
         let mut tx = self.begin_write().await?;
-        if let Some(pair) = live_pair::<Sqlite>(&mut tx, Imported::Staged(token))
+        if let Some(pair) = live_pair::<Sqlite>(&mut tx, Arriving::Staged(token))
             .await
             .map_err(self.err())?
         {

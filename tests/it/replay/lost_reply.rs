@@ -124,6 +124,9 @@ mod wrapper {
         async fn revised_as(&self, id: &str) -> Result<Vec<String>> {
             self.inner.revised_as(id).await
         }
+        async fn live_copies(&self, ids: &[String]) -> Result<Vec<dlq::store::copies::LiveCopy>> {
+            self.inner.live_copies(ids).await
+        }
         async fn plan_candidates(&self, f: &Filter, limit: i64) -> Result<Vec<PlanCandidate>> {
             self.inner.plan_candidates(f, limit).await
         }

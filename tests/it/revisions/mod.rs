@@ -3,6 +3,7 @@
 
 use crate::common::*;
 
+mod broken_chains;
 mod editor;
 mod plan;
 mod race;
