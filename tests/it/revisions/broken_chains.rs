@@ -4,8 +4,7 @@
 //! plain duplicate of the event (dead-lettered again, at its own time) is no copy.
 
 use super::set_aside::{
-    add, export, import, import_bounded, import_refused, prune_settled, refused_in_either_order,
-    replay, revise,
+    add, export, import, import_refused, prune_settled, refused_in_either_order, replay, revise,
 };
 use crate::common::*;
 use tempfile::NamedTempFile;
@@ -301,25 +300,25 @@ fn restore_never_makes_an_original_live_beside_a_revision_with_a_missing_middle(
     }
 }
 
-/// The event rule never pairs a hot event's rows with each other: 20,000 rows of one
-/// event ID, every other a revision whose chain is broken here (its original never
-/// here), each at its own time, go in within the minute `import_bounded` allows (paired
-/// row by row they would take many minutes; an import of 40,000 rows once ran for 20).
+/// Revisions of one hot event whose chains are broken here, each at its own time, are
+/// no copies of each other nor of the event's plain rows: 20,000 rows go in. (Its speed
+/// is not asserted, as no test's is: the rule pairs rows only within an (event, time)
+/// group; paired row by row, this import ran for minutes.)
 #[test]
-fn an_import_of_one_hot_event_with_broken_revisions_stays_fast() {
+fn broken_revisions_of_one_hot_event_at_their_own_times_all_go_in() {
     let q = unique("dlq_rev_hot");
-    let lines: Vec<_> = (0..20_000)
+    let lines: String = (0..20_000)
         .map(|i| {
             let mut l = twin(&format!("hot-{i:05}"), &q, "evt-hot");
             l["dead_lettered_at"] = format!("2026-01-02T03:04:05.{i:06}Z").into();
             if i % 2 == 1 {
                 l["revision_of"] = format!("gone-{i:05}").into();
             }
-            l
+            format!("{l}\n")
         })
         .collect();
     let db = TestDb::migrated(Backend::Sqlite);
-    let r = import_bounded(&db, &lines);
+    let r = db.dlq_stdin(&["import", "-"], lines.as_bytes());
     assert_eq!(r.code, 0, "{}", r.all());
     assert_eq!(db.scalar("SELECT count(*) FROM dead_letters"), 20_000);
 }

@@ -424,7 +424,7 @@ fn import_never_makes_a_revision_live_beside_a_revision_of_a_sibling() {
 
 /// `import -` of `lines`, failing the test if it runs for more than a minute (a walk of
 /// `revision_of` that loops).
-pub(super) fn import_bounded(db: &TestDb, lines: &[serde_json::Value]) -> Run {
+fn import_bounded(db: &TestDb, lines: &[serde_json::Value]) -> Run {
     use std::io::Write;
     use std::process::Stdio;
     let text: String = lines.iter().map(|l| format!("{l}\n")).collect();
