@@ -197,6 +197,16 @@ impl TestDb {
         r.json()
     }
 
+    /// `n` rows `one-0`.. inserted one statement each, as a worker does (PostgreSQL).
+    pub fn insert_one_by_one(&self, n: usize) {
+        for i in 0..n {
+            self.sql(&[&format!(
+                "INSERT INTO dead_letters (id, body, reason, attempts, headers_json, producer) \
+                 VALUES ('one-{i}', 'z', 'poison_message', 1, '{{}}', 'billing')"
+            )]);
+        }
+    }
+
     /// Runs `f` while another session holds the lock of the kept counts' fold
     /// (PostgreSQL): a fold under way elsewhere, its transaction still open.
     pub fn with_fold_held(&self, f: impl FnOnce()) {

@@ -137,12 +137,7 @@ fn metrics_and_check_answer_from_the_kept_counts() {
 fn gauges_from_the_kept_counts_are_the_scans_after_every_kind_of_write() {
     let db = TestDb::migrated(Backend::Postgres);
     db.sql(&[BULK]);
-    for i in 0..3 {
-        db.sql(&[&format!(
-            "INSERT INTO dead_letters (id, body, reason, attempts, headers_json, producer) \
-             VALUES ('one-{i}', 'z', 'poison_message', 1, '{{}}', 'billing')"
-        )]);
-    }
+    db.insert_one_by_one(3);
     answers_as_a_scan(&db, "after bulk and single-row inserts, nothing folded");
 
     claim_the_oldest_rows(&db);

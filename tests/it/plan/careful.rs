@@ -162,6 +162,22 @@ fn against_failing(
     AgainstFailing { exited, run, seen }
 }
 
+/// Runs `plan` (with `extra`) against a worker that `fails` every message, and asserts
+/// that the run exited, stopped by a come-back. Returns the rows published.
+fn stopped_by_a_come_back(
+    (rabbit, q, db): (&Rabbit, &str, &TestDb),
+    plan: &tempfile::NamedTempFile,
+    extra: &[&str],
+    fails: Fails,
+) -> Vec<String> {
+    let child = spawn(db, plan, extra);
+    let AgainstFailing { exited, run, seen } = against_failing(rabbit, q, db, child, fails, || {});
+    assert!(exited, "{}", run.all());
+    let s = summary_of(&run);
+    assert_eq!(s["stopped"], "came_back", "{}", run.all());
+    seen
+}
+
 #[test]
 fn a_canary_whose_events_come_back_stops_the_run_after_exactly_its_items() {
     let mut rabbit = Rabbit::new();
@@ -354,16 +370,9 @@ fn a_come_back_stamped_by_the_broker_in_the_first_second_is_seen() {
     let r = db.dlq_stdin(&["import", "-"], lines.as_bytes());
     assert_eq!(r.code, 0, "{}", r.all());
     let plan = db.plan_file(&[]);
-    let child = spawn(&db, &plan, &["--canary", "1", "--canary-wait", "60s"]);
+    let canary = ["--canary", "1", "--canary-wait", "60s"];
     let fails = Fails::SameEventBrokerStamped;
-    let AgainstFailing {
-        exited,
-        run: r,
-        seen,
-    } = against_failing(&rabbit, &q, &db, child, fails, || {});
-    assert!(exited, "the canary came back long before its 60 s wait");
-    let s = summary_of(&r);
-    assert_eq!(s["stopped"], "came_back", "{}", r.all());
+    let seen = stopped_by_a_come_back((&rabbit, &q, &db), &plan, &canary, fails);
     assert_eq!(seen.len(), 1, "exactly the canary was published: {seen:?}");
 }
 
@@ -377,16 +386,9 @@ fn a_come_back_stored_after_a_newer_row_is_seen_before_the_canary_passes() {
     let db = TestDb::migrated(Backend::Sqlite);
     seed(&db, &q, 4, "late");
     let plan = db.plan_file(&[]);
-    let child = spawn(&db, &plan, &["--canary", "1", "--canary-wait", "8s"]);
+    let canary = ["--canary", "1", "--canary-wait", "8s"];
     let fails = Fails::SameEventStoredLate;
-    let AgainstFailing {
-        exited,
-        run: r,
-        seen,
-    } = against_failing(&rabbit, &q, &db, child, fails, || {});
-    assert!(exited, "{}", r.all());
-    let s = summary_of(&r);
-    assert_eq!(s["stopped"], "came_back", "{}", r.all());
+    let seen = stopped_by_a_come_back((&rabbit, &q, &db), &plan, &canary, fails);
     assert_eq!(seen.len(), 1, "exactly the canary was published: {seen:?}");
 }
 
@@ -399,16 +401,8 @@ fn a_come_back_stored_after_a_newer_row_stops_a_paced_run() {
     let db = TestDb::migrated(Backend::Postgres);
     seed(&db, &q, 80, "paced");
     let plan = db.plan_file(&["--limit", "1000"]);
-    let child = spawn(&db, &plan, &["--rate", "2/s"]);
     let fails = Fails::SameEventStoredLate;
-    let AgainstFailing {
-        exited,
-        run: r,
-        seen,
-    } = against_failing(&rabbit, &q, &db, child, fails, || {});
-    assert!(exited, "{}", r.all());
-    let s = summary_of(&r);
-    assert_eq!(s["stopped"], "came_back", "{}", r.all());
+    let seen = stopped_by_a_come_back((&rabbit, &q, &db), &plan, &["--rate", "2/s"], fails);
     assert!(seen.len() < 60, "stopped early: {} published", seen.len());
 }
 

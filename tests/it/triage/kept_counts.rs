@@ -69,12 +69,7 @@ fn kept_counts_answer_as_a_scan_after_every_kind_of_write() {
     answers_as_a_scan(&db, "after migrate");
     db.import_examples();
     db.sql(&[BULK]);
-    for i in 0..5 {
-        db.sql(&[&format!(
-            "INSERT INTO dead_letters (id, body, reason, attempts, headers_json, producer) \
-             VALUES ('one-{i}', 'z', 'poison_message', 1, '{{}}', 'billing')"
-        )]);
-    }
+    db.insert_one_by_one(5);
     answers_as_a_scan(&db, "after bulk and single-row inserts");
 
     // Claims: two live, one whose lease lapses (pending again without a write). Once
