@@ -1,6 +1,7 @@
 //! `dlq prune --older-than D --state replayed,discarded`: deletes settled dead letters,
 //! with their history, in short batches, so that a worker inserting meanwhile waits for
-//! one batch at most. Never a `pending`, `claimed` or `uncertain` one.
+//! one batch at most. Never a `pending`, `claimed` or `uncertain` one, nor a replayed
+//! revision while its original is here (it tells that the original's event went out).
 
 use super::filters::FilterArgs;
 use super::output::say;

@@ -50,6 +50,16 @@ pub(crate) fn where_sql<D: Dialect>(f: &Filter) -> Sql {
             sql.bind(Bind::Time(t));
         }
     }
+    if f.settled_before.is_some() {
+        // `prune` keeps a replayed revision while its original is here: it is what tells
+        // that the original's event went out (else `restore` or an `import` of another
+        // revision could send it again).
+        sql.push(format!(
+            " AND NOT (revision_of IS NOT NULL AND replayed_at IS NOT NULL \
+             AND EXISTS (SELECT 1 FROM dead_letters o WHERE {}))",
+            D::id_named("o.id", "dead_letters.revision_of")
+        ));
+    }
     if !f.states.is_empty() {
         let any: Vec<String> = f.states.iter().map(|st| state_of::<D>(*st)).collect();
         sql.push(format!(" AND (({}))", any.join(") OR (")));

@@ -6,6 +6,7 @@ use crate::common::*;
 mod broken_chains;
 mod editor;
 mod plan;
+mod prune_keeps;
 mod race;
 mod set_aside;
 
