@@ -1,7 +1,8 @@
 //! `dlq prune --older-than D --state replayed,discarded`: deletes settled dead letters,
 //! with their history, in short batches, so that a worker inserting meanwhile waits for
-//! one batch at most. Never a `pending`, `claimed` or `uncertain` one, nor a replayed
-//! revision while its original is here (it tells that the original's event went out).
+//! one batch at most. Never a `pending`, `claimed` or `uncertain` one, nor a revision
+//! while its original is here (a chain goes from its first row down: its replayed
+//! revision tells that the original's event went out).
 
 use super::filters::FilterArgs;
 use super::output::say;

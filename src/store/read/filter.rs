@@ -51,11 +51,12 @@ pub(crate) fn where_sql<D: Dialect>(f: &Filter) -> Sql {
         }
     }
     if f.settled_before.is_some() {
-        // `prune` keeps a replayed revision while its original is here: it is what tells
-        // that the original's event went out (else `restore` or an `import` of another
-        // revision could send it again).
+        // `prune` keeps a revision while its original is here, so a chain is pruned from
+        // its first row down: a replayed revision is what tells that the original's event
+        // went out (else `restore` or an `import` of another revision could send it again),
+        // and a middle revision is what links it to the original.
         sql.push(format!(
-            " AND NOT (revision_of IS NOT NULL AND replayed_at IS NOT NULL \
+            " AND NOT (revision_of IS NOT NULL \
              AND EXISTS (SELECT 1 FROM dead_letters o WHERE {}))",
             D::id_named("o.id", "dead_letters.revision_of")
         ));
