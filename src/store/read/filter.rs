@@ -51,15 +51,7 @@ pub(crate) fn where_sql<D: Dialect>(f: &Filter) -> Sql {
         }
     }
     if f.settled_before.is_some() {
-        // `prune` keeps a revision while its original is here, so a chain is pruned from
-        // its first row down: a replayed revision is what tells that the original's event
-        // went out (else `restore` or an `import` of another revision could send it again),
-        // and a middle revision is what links it to the original.
-        sql.push(format!(
-            " AND NOT (revision_of IS NOT NULL \
-             AND EXISTS (SELECT 1 FROM dead_letters o WHERE {}))",
-            D::id_named("o.id", "dead_letters.revision_of")
-        ));
+        sql.push(keeps_revisions::<D>());
     }
     if !f.states.is_empty() {
         let any: Vec<String> = f.states.iter().map(|st| state_of::<D>(*st)).collect();
@@ -107,4 +99,16 @@ pub(crate) fn where_sql<D: Dialect>(f: &Filter) -> Sql {
 /// The condition of one state in the dialect (see [`state_predicate_at`]).
 pub(crate) fn state_of<D: Dialect>(state: State) -> String {
     state_predicate_at(state, D::NOW, D::at(TimeCol::LeaseEnd))
+}
+
+/// `prune` keeps a revision while its original is here, so a chain is pruned from its
+/// first row down: a replayed revision is what tells that the original's event went out
+/// (else `restore` or an `import` of another revision could send it again), and a middle
+/// revision is what links it to the original.
+fn keeps_revisions<D: Dialect>() -> String {
+    format!(
+        " AND NOT (revision_of IS NOT NULL \
+         AND EXISTS (SELECT 1 FROM dead_letters o WHERE {}))",
+        D::id_named("o.id", "dead_letters.revision_of")
+    )
 }
