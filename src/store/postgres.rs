@@ -189,6 +189,7 @@ impl Dialect for Postgres {
     const UNREADABLE: &'static str = "NULL::text";
     const ID_STORAGE: &'static str = "CAST(0 AS BIGINT)";
     const BEGIN_WRITE: &'static str = "BEGIN ISOLATION LEVEL READ COMMITTED";
+    const WRITABLE_ID: &'static str = "true";
     // The column's collation, or the database's default: C, POSIX and libc's C.UTF-8
     // sort by code point (ICU never does). `datlocprovider` is PostgreSQL 15's.
     const CODE_POINT_IDS: Option<&'static str> = Some(

@@ -146,6 +146,9 @@ pub trait Dialect: Database {
     /// collation), so that the IDs starting with a prefix are one range of its index;
     /// `None`: the prefix is tested on every row (see `list::ids_starting_with`).
     const CODE_POINT_IDS: Option<&'static str>;
+    /// The row's id is one a write can name ([`Dialect::push_exact_ids`]; SQLite: TEXT,
+    /// never a worker's BLOB): what `prune` selects, so that what it counts it deletes.
+    const WRITABLE_ID: &'static str;
 
     /// A time column as SQL of the clock's type, whatever a writer stored in it: every
     /// read, filter, ordering and comparison of a time goes through it (and metrics

@@ -121,6 +121,7 @@ impl Dialect for Sqlite {
     const UNREADABLE: &'static str = UNREADABLE;
     const ID_STORAGE: &'static str = ID_STORAGE;
     const BEGIN_WRITE: &'static str = "BEGIN IMMEDIATE";
+    const WRITABLE_ID: &'static str = "typeof(id) = 'text'";
     // Not asked: a worker's BLOB id sorts apart from the TEXT ones.
     const CODE_POINT_IDS: Option<&'static str> = None;
 

@@ -51,6 +51,7 @@ pub(crate) fn where_sql<D: Dialect>(f: &Filter) -> Sql {
         }
     }
     if f.settled_before.is_some() {
+        sql.push(format!(" AND {}", D::WRITABLE_ID));
         sql.push(keeps_revisions::<D>());
     }
     if !f.states.is_empty() {
