@@ -90,13 +90,19 @@ enum Fails {
     SameEventStoredLate,
     /// As `KeepingHeaders`, stored late as `SameEventStoredLate` is.
     KeepingHeadersStoredLate,
+    /// As capture stores the message (headers kept, the event ID left to the store's
+    /// rule), stored late: a revision made with `--new-event-id` comes back with the
+    /// original's event ID (its `x-event-id` header), not the one it was published with.
+    RevisionCapturedLate,
 }
 
 impl Fails {
     fn stored_late(self) -> bool {
         matches!(
             self,
-            Fails::SameEventStoredLate | Fails::KeepingHeadersStoredLate
+            Fails::SameEventStoredLate
+                | Fails::KeepingHeadersStoredLate
+                | Fails::RevisionCapturedLate
         )
     }
 }
@@ -146,6 +152,13 @@ fn against_failing(
                 }
                 Fails::KeepingHeaders | Fails::KeepingHeadersStoredLate => {
                     again.as_object_mut().unwrap().remove("event_id");
+                    again["headers"]["x-dead-letter-id"] = id.clone().into();
+                }
+                Fails::RevisionCapturedLate => {
+                    let sent = db.show(&id);
+                    again.as_object_mut().unwrap().remove("event_id");
+                    again["body_base64"] = sent["body_base64"].clone();
+                    again["headers"] = sent["headers"].clone();
                     again["headers"]["x-dead-letter-id"] = id.clone().into();
                 }
             }
@@ -389,6 +402,45 @@ fn a_come_back_stored_after_a_newer_row_is_seen_before_the_canary_passes() {
     let canary = ["--canary", "1", "--canary-wait", "8s"];
     let fails = Fails::SameEventStoredLate;
     let seen = stopped_by_a_come_back((&rabbit, &q, &db), &plan, &canary, fails);
+    assert_eq!(seen.len(), 1, "exactly the canary was published: {seen:?}");
+}
+
+/// A revision made with `--new-event-id` comes back (stored late) under its original's event ID: only its header names it.
+#[test]
+fn a_revision_with_a_new_event_id_that_comes_back_late_is_seen_before_the_canary_passes() {
+    let mut rabbit = Rabbit::new();
+    let q = rabbit.queue("dlq_canary_revision");
+    let db = TestDb::migrated(Backend::Sqlite);
+    for i in 0..4 {
+        // The event ID in a header, as `revisions::add` stores it.
+        let id = format!("rv{i:04}");
+        let mut l = letter(&id, &q, format!("{{\"n\":{i}}}").as_bytes());
+        l["event_id"] = serde_json::Value::Null;
+        l["headers"] = serde_json::json!({"tenant": "acme", "x-event-id": format!("evt-{id}")});
+        db.add(l);
+    }
+    let plan = db.plan_file(&[]);
+    let revised = tempfile::NamedTempFile::new().unwrap();
+    let p = plan.path().to_str().unwrap();
+    let o = revised.path().to_str().unwrap();
+    let edit = [
+        "edit",
+        "--plan",
+        p,
+        "--set",
+        "fixed=true",
+        "--new-event-id",
+        "--note",
+        "fix",
+        "--yes",
+        "--plan-out",
+        o,
+    ];
+    let r = db.dlq(&edit);
+    assert_eq!(r.code, 0, "{}", r.all());
+    let canary = ["--canary", "1", "--canary-wait", "8s"];
+    let fails = Fails::RevisionCapturedLate;
+    let seen = stopped_by_a_come_back((&rabbit, &q, &db), &revised, &canary, fails);
     assert_eq!(seen.len(), 1, "exactly the canary was published: {seen:?}");
 }
 
