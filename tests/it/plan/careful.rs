@@ -90,19 +90,18 @@ enum Fails {
     SameEventStoredLate,
     /// As `KeepingHeaders`, stored late as `SameEventStoredLate` is.
     KeepingHeadersStoredLate,
-    /// As capture stores the message (headers kept, the event ID left to the store's
-    /// rule), stored late: a revision made with `--new-event-id` comes back with the
-    /// original's event ID (its `x-event-id` header), not the one it was published with.
-    RevisionCapturedLate,
+    /// As capture stores the message (body and headers kept, the event ID left to the
+    /// store's rule), stored late: when a header or body field names another event than
+    /// the row's (a revision made with `--new-event-id`, a worker's `event_id` column),
+    /// it comes back under that one, not the one it was published with.
+    CapturedLate,
 }
 
 impl Fails {
     fn stored_late(self) -> bool {
         matches!(
             self,
-            Fails::SameEventStoredLate
-                | Fails::KeepingHeadersStoredLate
-                | Fails::RevisionCapturedLate
+            Fails::SameEventStoredLate | Fails::KeepingHeadersStoredLate | Fails::CapturedLate
         )
     }
 }
@@ -154,7 +153,7 @@ fn against_failing(
                     again.as_object_mut().unwrap().remove("event_id");
                     again["headers"]["x-dead-letter-id"] = id.clone().into();
                 }
-                Fails::RevisionCapturedLate => {
+                Fails::CapturedLate => {
                     let sent = db.show(&id);
                     again.as_object_mut().unwrap().remove("event_id");
                     again["body_base64"] = sent["body_base64"].clone();
@@ -439,8 +438,27 @@ fn a_revision_with_a_new_event_id_that_comes_back_late_is_seen_before_the_canary
     let r = db.dlq(&edit);
     assert_eq!(r.code, 0, "{}", r.all());
     let canary = ["--canary", "1", "--canary-wait", "8s"];
-    let fails = Fails::RevisionCapturedLate;
+    let fails = Fails::CapturedLate;
     let seen = stopped_by_a_come_back((&rabbit, &q, &db), &revised, &canary, fails);
+    assert_eq!(seen.len(), 1, "exactly the canary was published: {seen:?}");
+}
+
+/// A row whose `event_id` column differs from its body's `event_id` comes back (stored late) under the body's: only its header names it.
+#[test]
+fn a_come_back_under_its_bodys_event_id_stored_late_is_seen_before_the_canary_passes() {
+    let mut rabbit = Rabbit::new();
+    let q = rabbit.queue("dlq_canary_body_event");
+    let db = TestDb::migrated(Backend::Postgres);
+    for i in 0..4 {
+        // The worker wrote the envelope's ID as the column; the body says another.
+        let id = format!("be{i:04}");
+        let body = format!("{{\"event_id\":\"body-{id}\",\"n\":{i}}}");
+        db.add(letter(&id, &q, body.as_bytes()));
+    }
+    assert_eq!(db.show("be0000")["event_id"], "evt-be0000");
+    let plan = db.plan_file(&[]);
+    let canary = ["--canary", "1", "--canary-wait", "8s"];
+    let seen = stopped_by_a_come_back((&rabbit, &q, &db), &plan, &canary, Fails::CapturedLate);
     assert_eq!(seen.len(), 1, "exactly the canary was published: {seen:?}");
 }
 
