@@ -30,7 +30,7 @@ pub use why::{why_unavailable, RowUnavailable};
 use crate::error::Result;
 use crate::model::{DeadLetter, HistoryAction, NewHistory, Outcome, Summary};
 use crate::publisher::{replay_headers, to_field_table, Broker, OutgoingMessage, Target};
-use crate::store::Store;
+use crate::store::{event_id_in_content, Store};
 use chrono::{DateTime, Utc};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicUsize};
@@ -92,6 +92,10 @@ pub struct ItemReport {
     pub outcome: Outcome,
     pub reason: Reason,
     pub event_id: Option<String>,
+    /// The event ID its headers or body name, when not `event_id` (a revision made with
+    /// `--new-event-id`, a worker's column that differs): stored again by capture, the
+    /// message comes back under this one.
+    pub event_in_content: Option<String>,
     pub target: Option<String>,
     pub plan_id: Option<String>,
 }
@@ -270,18 +274,23 @@ impl<'a> Batch<'a> {
 
     /// The report of `id`, set to `outcome` (keeping what is known of it).
     fn report(&mut self, id: &str, outcome: Outcome, reason: Reason) -> &mut ItemReport {
-        let event_id = self.rows.get(id).and_then(|r| r.summary.event_id.clone());
-        let r = self
-            .reports
-            .entry(id.to_string())
-            .or_insert_with(|| ItemReport {
+        let rows = &self.rows;
+        let r = self.reports.entry(id.to_string()).or_insert_with(|| {
+            let row = rows.get(id);
+            let event_id = row.and_then(|r| r.summary.event_id.clone());
+            let event_in_content = row
+                .and_then(|r| event_id_in_content(&r.headers_json, &r.body))
+                .filter(|e| Some(e) != event_id.as_ref());
+            ItemReport {
                 id: id.to_string(),
                 outcome,
                 reason: Reason::NotFound,
                 event_id,
+                event_in_content,
                 target: None,
                 plan_id: self.opts.plan_id.clone(),
-            });
+            }
+        });
         r.outcome = outcome;
         r.reason = reason;
         r

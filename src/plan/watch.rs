@@ -9,7 +9,8 @@
 //! header names a row the run sent (a consumer that keeps the headers of what it
 //! dead-letters says so exactly, also for a row with no event ID), or when it carries the
 //! event ID of one (another copy of the event matches too: it is the event the consumer
-//! still fails either way).
+//! still fails either way), or the event ID its headers or body name: stored again with
+//! no `event_id` column (as capture stores it), a message comes back under that one.
 //!
 //! "Sent" is what went out or may have ([`pace::sent`]): replayed, or uncertain. An
 //! uncertain publish may well have reached the consumer; left unwatched, its coming back
@@ -102,13 +103,14 @@ impl Watch {
                 outcome: r.outcome,
             };
             self.rows.insert(r.id.clone(), sent.clone());
-            let Some(event) = &r.event_id else {
-                continue;
-            };
-            match self.events.entry(event.clone()) {
-                Entry::Vacant(e) => _ = e.insert(sent),
-                Entry::Occupied(mut e) if r.outcome == Outcome::Replayed => _ = e.insert(sent),
-                Entry::Occupied(_) => {}
+            for event in [&r.event_id, &r.event_in_content].into_iter().flatten() {
+                match self.events.entry(event.clone()) {
+                    Entry::Vacant(e) => _ = e.insert(sent.clone()),
+                    Entry::Occupied(mut e) if r.outcome == Outcome::Replayed => {
+                        _ = e.insert(sent.clone())
+                    }
+                    Entry::Occupied(_) => {}
+                }
             }
         }
     }
@@ -213,6 +215,7 @@ mod tests {
             outcome,
             reason: Reason::NotFound,
             event_id: event.map(Into::into),
+            event_in_content: None,
             target: None,
             plan_id: None,
         }

@@ -27,6 +27,14 @@ pub(crate) fn identity_hint(
     })
 }
 
+/// The event ID the store's rule finds in a message's headers or body, as it would for
+/// the message stored again with no `event_id` column (as capture stores one that names
+/// its event there).
+pub(crate) fn event_id_in_content(headers_json: &str, body: &[u8]) -> Option<String> {
+    let [_, _, event] = identity_hint([None; 3], headers_json, body);
+    event
+}
+
 /// The first value of each of three keys of a JSON object, as written: SQLite's JSON
 /// functions (and PostgreSQL's `json_each`, which the rule uses) take the first of keys
 /// given twice; a struct derived by serde would refuse the whole object.
