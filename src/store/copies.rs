@@ -10,10 +10,11 @@
 //! leaves such a row discarded ([`push_no_live_copy`], [`restored_copies`]).
 //!
 //! Cheap: the chains' rows (the revision rows, a partial index, and the IDs they name),
-//! and for the event rule the live rows of the arriving rows' event IDs (one probe of the
-//! event index per event), grouped by time; only the groups that can hold a pair are
-//! paired, each row with the broken revisions of its group: never every row, never every
-//! pair of a hot event's rows.
+//! and for the event rule the live rows of the arriving rows' event IDs and their
+//! ancestors' (one probe of the event index per event), with the live descendants of
+//! those events' rows (one probe of the primary key per chain row), grouped by time; only
+//! the groups that can hold a pair are paired, each row with the broken revisions of its
+//! group: never every row, never every pair of a hot event's rows.
 
 use super::read::{Bind, Decoded, Dialect, NotUtf8, TimeCol};
 use super::NOT_REVISED;
@@ -154,31 +155,19 @@ fn push_chain_rows<D: Dialect>(qb: &mut QueryBuilder<'static, D>, arriving: Arri
     ));
 }
 
-/// `near`: the live rows of the arriving rows' event IDs (one probe of the event index
-/// per event), with their time `t` as an instant ([`Dialect::at`]: SQLite's times in
-/// whatever form a worker wrote them). `broken`: the revisions among them whose chain
-/// reaches an ID with no row here. `twin`: the rows of the (event, time) groups that can
-/// hold a pair (two rows, a broken revision, an arriving row, one not replayed), so that a
-/// group of one event's replayed revisions at one time is never paired row by row; `rev`:
-/// the broken revisions among them, apart, so that pairing on (event, time) never walks a
-/// hot event's plain rows. MATERIALIZED, as `kin` is.
+/// `near`: each live row with each identity it has in the arriving rows' events
+/// ([`push_near`]), its time `t` an instant. `broken`: the revisions among them whose
+/// chain reaches an ID with no row here. `twin`: the rows of the (event, time) groups that
+/// can hold a pair (two rows, a broken revision, an arriving row, one not replayed), so
+/// that a group of one event's replayed revisions at one time is never paired row by row;
+/// `rev`: the broken revisions among them, apart, so that pairing on (event, time) never
+/// walks a hot event's plain rows. MATERIALIZED, as `kin` is.
 fn push_event_rows<D: Dialect>(qb: &mut QueryBuilder<'static, D>, arriving: Arriving<'_>) {
+    push_near(qb, arriving);
     qb.push(format!(
-        "near(id, event, t, replayed_at, arriving, revision) AS MATERIALIZED (SELECT {}, \
-         d.eff_event_id, {}, {}, {}, d.revision_of IS NOT NULL FROM dead_letters d",
-        D::id_text("d.id"),
-        D::at(TimeCol::DeadLetteredAt),
-        arriving.replayed(),
-        arriving.arriving(),
-    ));
-    arriving.push_staged(qb);
-    qb.push(format!(
-        " WHERE d.eff_event_id IN (SELECT a.eff_event_id FROM dead_letters a \
-         WHERE a.id IN (SELECT id FROM arr)) AND {}), \
-         broken(id) AS MATERIALIZED (SELECT DISTINCT c.id FROM chain c \
+        "broken(id) AS MATERIALIZED (SELECT DISTINCT c.id FROM chain c \
          WHERE c.id IN (SELECT id FROM near WHERE revision) \
          AND NOT EXISTS (SELECT 1 FROM dead_letters p WHERE {})), ",
-        arriving.live(),
         D::id_named("p.id", "c.anc"),
     ));
     // A join, not `IN (SELECT id FROM broken)`: PostgreSQL, misled by the chain's
@@ -196,6 +185,49 @@ fn push_event_rows<D: Dialect>(qb: &mut QueryBuilder<'static, D>, arriving: Arri
         some("b.id IS NOT NULL"),
         some("n.arriving"),
         some("n.replayed_at IS NULL"),
+    ));
+}
+
+/// `near(id, event, t, ...)`: each live row with each of its identities (event ID and
+/// time, [`Dialect::at`]: SQLite's times in whatever form a worker wrote them) among the
+/// `probe` events. A row's identities are its own and those of its ancestors here, in
+/// any state (`held`): a revision made with `--new-event-id` is still a copy of its
+/// original's event, at its time. `probe`: the arriving rows' event IDs and those of
+/// their ancestors here. Cheap: one probe of the event index per event, and one probe of
+/// the primary key per chain row (CROSS JOIN: SQLite walks the chain, never the rows of
+/// a hot event against it); UNION, so that a row is once in a group.
+fn push_near<D: Dialect>(qb: &mut QueryBuilder<'static, D>, arriving: Arriving<'_>) {
+    let anc = D::id_named("p.id", "c.anc");
+    qb.push(format!(
+        "probe(event) AS MATERIALIZED (SELECT a.eff_event_id FROM dead_letters a \
+         WHERE a.id IN (SELECT id FROM arr) UNION SELECT p.eff_event_id FROM chain c \
+         CROSS JOIN dead_letters p WHERE c.id IN (SELECT id FROM arr) AND {anc}), \
+         held(id, event, t) AS MATERIALIZED (SELECT c.id, p.eff_event_id, {} FROM chain c \
+         CROSS JOIN dead_letters p WHERE {anc} \
+         AND p.eff_event_id IN (SELECT event FROM probe)), \
+         near(id, event, t, replayed_at, arriving, revision) AS MATERIALIZED (SELECT {}, \
+         d.eff_event_id, {}, {}, {}, d.revision_of IS NOT NULL FROM dead_letters d",
+        D::at(TimeCol::DeadLetteredAt),
+        D::id_text("d.id"),
+        D::at(TimeCol::DeadLetteredAt),
+        arriving.replayed(),
+        arriving.arriving(),
+    ));
+    arriving.push_staged(qb);
+    qb.push(format!(
+        " WHERE d.eff_event_id IN (SELECT event FROM probe) AND {} \
+         UNION SELECT {}, h.event, h.t, {}, {}, d.revision_of IS NOT NULL \
+         FROM held h CROSS JOIN dead_letters d",
+        arriving.live(),
+        D::id_text("d.id"),
+        arriving.replayed(),
+        arriving.arriving(),
+    ));
+    arriving.push_staged(qb);
+    qb.push(format!(
+        " WHERE {} AND {}), ",
+        D::id_named("d.id", "h.id"),
+        arriving.live()
     ));
 }
 
@@ -217,7 +249,7 @@ impl LiveCopy {
             None => "a revision and an original it descends from, or revisions of one original"
                 .to_string(),
             Some(e) => format!(
-                "the same event ID {e:?} and the same dead-lettered time, and one of them a revision, made by an edit"
+                "the same event ID {e:?} and the same dead-lettered time (a row's own, or an original's it descends from here), and one of them a revision, made by an edit"
             ),
         }
     }
@@ -233,15 +265,17 @@ impl LiveCopy {
 /// - (the event rule) one of them is a revision whose chain is broken here (it reaches an
 ///   ID with no row here: a middle never exported, or pruned), and they share the
 ///   effective event ID and the dead-lettered time, compared as instants (an edit copies
-///   both into the revision; an export keeps the time to the microsecond). This finds
+///   both into the revision; an export keeps the time to the microsecond): a row's own,
+///   or those of an ancestor here in any state (a revision made with `--new-event-id`
+///   keeps its original's time, and its original here says the event). This finds
 ///   the copies no chain here links, in either order, at any height of the break,
 ///   replayed or not. A plain duplicate (the same event dead-lettered again) or the
 ///   come-back of a replayed message has a time of its own: no copy; nor are two
 ///   revisions whose chains are whole here and apart, even at one time (their originals
 ///   are two dead letters).
 ///
-/// Not caught: a revision made with `--new-event-id` whose chain is broken here (nothing
-/// here links it to its original); a revision with no event ID (`eff_event_id` NULL); a
+/// Not caught: a revision made with `--new-event-id` whose chain is broken here below
+/// every row of its original's event ID (nothing here links it to its original); a revision with no event ID (`eff_event_id` NULL); a
 /// revision whose original's `dead_lettered_at` could not be read when it was edited (a
 /// worker's text in a form dlq does not read: the revision got the edit's time), or a
 /// row whose time cannot be read here (it equals no time). Refused wrongly (loudly,

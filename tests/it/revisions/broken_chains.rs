@@ -322,3 +322,77 @@ fn broken_revisions_of_one_hot_event_at_their_own_times_all_go_in() {
     assert_eq!(r.code, 0, "{}", r.all());
     assert_eq!(db.scalar("SELECT count(*) FROM dead_letters"), 20_000);
 }
+
+/// Edits `id` with `--new-event-id` and returns its revision's ID: nothing but its chain
+/// links the revision to its original's event.
+fn revise_new_event(db: &TestDb, id: &str) -> String {
+    let step = [
+        "edit",
+        id,
+        "--note",
+        "fresh",
+        "--set",
+        "step=9",
+        "--new-event-id",
+    ];
+    let r = db.dlq(&step);
+    assert_eq!(r.code, 0, "edit {id}: {}", r.all());
+    r.json()["revision_id"].as_str().unwrap().to_string()
+}
+
+/// Once broke: the event rule compared a broken revision only with the live rows of its
+/// own event ID. `orig` edited with `--new-event-id` (R: a new event ID, its chain whole)
+/// and R2, a revision of `orig`'s revision made elsewhere (the old event ID, its chain
+/// broken), went in beside each other in either order, both pending: R's event and time
+/// are its original's, set aside.
+#[test]
+fn import_refuses_a_broken_revision_beside_a_revision_with_a_new_event_id() {
+    for b in BACKENDS {
+        let c = chain(b, &unique("dlq_rev_new_event"), 2);
+        let pending = export(&c.src, &["--state", "pending"]);
+        let dst = TestDb::migrated(b);
+        import(&dst, &c.before);
+        let ours = revise_new_event(&dst, "orig");
+        let r = import_refused(&dst, &pending);
+        assert!(r.all().contains("same event ID"), "{}", r.all());
+        assert_eq!(dst.ids(&["--state", "pending"]), vec![ours], "{b:?}");
+        // `orig` (set aside) and R from the store that made R, and R2: in either order.
+        refused_in_either_order(b, &export(&dst, &[]), &pending);
+    }
+}
+
+/// Once broke, as the import above: R2 (the old event ID, its chain broken) imported and
+/// set aside, then `orig` imported and edited here with `--new-event-id` (R): R2 was
+/// restored beside R, both pending.
+#[test]
+fn restore_never_makes_a_broken_revision_live_beside_a_revision_with_a_new_event_id() {
+    for b in BACKENDS {
+        let c = chain(b, &unique("dlq_rev_new_event_restore"), 2);
+        let dst = TestDb::migrated(b);
+        import(&dst, &export(&c.src, &["--state", "pending"]));
+        let r2 = &c.revisions[1];
+        let r = dst.dlq(&["discard", r2, "--note", "not now", "--yes"]);
+        assert_eq!(r.code, 0, "{b:?} discard: {}", r.all());
+        import(&dst, &c.before);
+        let ours = revise_new_event(&dst, "orig");
+        let r = dst.dlq(&["restore", r2, "--note", "after all", "--yes"]);
+        assert_eq!(r.code, 3, "{b:?} restore: {}", r.all());
+        let j = r.json();
+        assert_eq!(j["outcome"], "not_restored", "{j}");
+        assert!(j["detail"].as_str().unwrap().contains(&ours), "{j}");
+        assert_eq!(dst.ids(&["--state", "pending"]), vec![ours], "{b:?}");
+    }
+}
+
+/// Once broke, the other way round: R3, made elsewhere with `--new-event-id` of R2 (the
+/// old event ID, here set aside, its chain broken above it), went in beside `orig`
+/// pending, in either order: R3's own event ID is new, and nothing linked it to R2's.
+#[test]
+fn import_refuses_a_broken_revision_with_a_new_event_id_whose_original_is_here() {
+    for b in BACKENDS {
+        let c = chain(b, &unique("dlq_rev_new_event_above"), 2);
+        revise_new_event(&c.src, &c.revisions[1]);
+        let pruned = without(&export(&c.src, &["--revisions"]), &[&c.revisions[0]]);
+        refused_in_either_order(b, &c.before, &pruned);
+    }
+}
