@@ -322,7 +322,14 @@ where
             } else {
                 let r = match applied.refused.get(id) {
                     Some(why) => StepReport::new(id, change.not_done, why.as_str()),
-                    None => refusal(store, id, change).await?,
+                    // The rows changed are committed: report them whatever this read does.
+                    None => refusal(store, id, change).await.unwrap_or_else(|e| {
+                        let why = format!(
+                            "{}: why could not be read ({e}); `dlq show {id}` says its state",
+                            change.not_done.as_str()
+                        );
+                        StepReport::new(id, change.not_done, why)
+                    }),
                 };
                 r.record(store, operator, change.action, None).await;
                 r

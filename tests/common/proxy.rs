@@ -45,6 +45,8 @@ pub enum OnServerBytes {
     /// connection instead of forwarding it (the flag records that it happened); later
     /// connections, once the test clears `cut`, are forwarded untouched.
     CutOnClientMethod([u8; 4], Arc<AtomicBool>),
+    /// The same for any bytes the client sends (a PostgreSQL statement's text, say).
+    CutOnClientBytes(Vec<u8>, Arc<AtomicBool>),
 }
 
 impl Proxy {
@@ -131,7 +133,8 @@ async fn pipe(
     let (mut sr, mut sw) = server.into_split();
     let cut1 = cut.clone();
     let cut_on = match &hook {
-        OnServerBytes::CutOnClientMethod(m, done) => Some((*m, done.clone())),
+        OnServerBytes::CutOnClientMethod(m, done) => Some((m.to_vec(), done.clone())),
+        OnServerBytes::CutOnClientBytes(p, done) => Some((p.clone(), done.clone())),
         _ => None,
     };
     // What to hold: a pattern, how far before it the held bytes start, and how long.
@@ -154,7 +157,7 @@ async fn pipe(
                 Ok(Ok(0)) | Ok(Err(_)) => return,
                 Ok(Ok(n)) => {
                     if let Some((m, done)) = &cut_on {
-                        let sent = buf[..n].windows(4).any(|w| w == m);
+                        let sent = buf[..n].windows(m.len()).any(|w| w == m.as_slice());
                         if sent && !done.swap(true, Ordering::SeqCst) {
                             cut1.store(true, Ordering::SeqCst);
                             return;

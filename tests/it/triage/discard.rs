@@ -2,6 +2,8 @@
 //! and brought back; what each says of the state it leaves a row in.
 
 use crate::common::*;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 #[test]
 fn discard_and_restore_across_plan_replay_and_aggregate() {
@@ -206,4 +208,50 @@ fn restore_says_uncertain_for_a_row_with_an_open_attempt() {
         assert_eq!(state(&db, "u2"), "uncertain");
         assert_eq!(state(&db, "p1"), "pending");
     }
+}
+
+/// A restore that loses its database after its commit, while it reads why a row was left
+/// discarded, still reports every row it restored, and exits with the refusal's code.
+// Once broke: it exited 1 with the read's error; the restored row went unreported.
+#[test]
+fn a_restore_reports_what_it_restored_when_the_database_goes_after_its_commit() {
+    let q = unique("dlq_restore_cut");
+    let db = TestDb::migrated(Backend::Postgres);
+    db.add(letter("plain", &q, b"{}"));
+    db.add(letter("orig", &q, br#"{"n":1}"#));
+    let r = db.dlq(&["discard", "plain", "--note", "JIRA-9", "--yes"]);
+    assert_eq!(r.code, 0, "{}", r.all());
+    let r = db.dlq(&["edit", "orig", "--set", "n=2", "--note", "fix", "--yes"]);
+    assert_eq!(r.code, 0, "{}", r.all());
+    // The read of why a row was left discarded comes after the restore's commit.
+    let done = Arc::new(AtomicBool::new(false));
+    let why = b"SELECT id, other, event FROM pairs\0".to_vec();
+    let pg = Proxy::start(
+        "127.0.0.1:5432",
+        OnServerBytes::CutOnClientBytes(why, done.clone()),
+    );
+    let r = Run::from(
+        db.cmd()
+            .env("DLQ_DATABASE_URL", pg.db_url(&db))
+            .args(["restore", "--state", "discarded", "--source-queue", &q])
+            .args(["--note", "back", "--yes", "-o", "json"])
+            .output()
+            .unwrap(),
+    );
+    assert!(done.load(Ordering::SeqCst), "the read was cut: {}", r.all());
+    assert_eq!(db.show("plain")["state"], "pending", "{}", r.all());
+    let lines: Vec<serde_json::Value> = r
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let outcome = |id: &str| {
+        lines
+            .iter()
+            .find(|l| l["id"] == id)
+            .map(|l| l["outcome"].clone())
+    };
+    assert_eq!(outcome("plain"), Some("restored".into()), "{}", r.all());
+    assert_eq!(outcome("orig"), Some("not_restored".into()), "{}", r.all());
+    assert_eq!(r.code, 3, "{}", r.all());
 }
