@@ -253,13 +253,17 @@ pub async fn report(store: &dyn Store, id: &str, o: &EditOutcome) -> Result<Edit
             revision_id,
             sha256,
             new_event_id,
+            event_in_content,
         } => {
             r.revision_id = Some(revision_id.clone());
             r.sha256 = Some(sha256.clone());
-            let fresh = new_event_id
+            let mut fresh = new_event_id
                 .as_ref()
                 .map(|e| format!(" with the new event id {e}"))
                 .unwrap_or_default();
+            if let (Some(old), Some(new)) = (event_in_content, new_event_id) {
+                fresh += &format!(" (its message ID); its x-event-id header or body event_id still says {old:?}, and a consumer that reads the event ID there sees that one: to change it too, edit the revision with --header x-event-id={new} or --set event_id='\"{new}\"'");
+            }
             format!("revision {revision_id} made{fresh}; {id} is set aside (revised as {revision_id}); review it with `dlq diff {id} {revision_id}`, replay it with `dlq replay {revision_id}`")
         }
         EditOutcome::Unchanged => "the change changes nothing; no revision made".into(),

@@ -17,7 +17,9 @@ pub use patch::PathError;
 
 use crate::error::Result;
 use crate::model::{sha256_hex, DeadLetter, HistoryAction, NewHistory, Outcome, State};
-use crate::store::{derived_identity, NewDeadLetter, NewRevision, RevisionWrite, Store};
+use crate::store::{
+    derived_identity, event_id_in_content, NewDeadLetter, NewRevision, RevisionWrite, Store,
+};
 
 /// How the body changes.
 pub enum BodyChange {
@@ -218,6 +220,9 @@ pub enum EditOutcome {
         revision_id: String,
         sha256: String,
         new_event_id: Option<String>,
+        /// With a new event ID: the other one the revision's headers (`x-event-id`) or body
+        /// (`event_id`) still name, which a consumer reading it there sees.
+        event_in_content: Option<String>,
     },
     Unchanged,
     /// `--dry-run`: the content it would write.
@@ -296,11 +301,15 @@ pub async fn edit_row(
         .new_event_id
         .then(|| rev.row.event_id.clone())
         .flatten();
+    let event_in_content = new_event_id.as_ref().and_then(|fresh| {
+        event_id_in_content(&rev.row.headers_json, &rev.row.body).filter(|e| e != fresh)
+    });
     match store.revise(&rev).await? {
         RevisionWrite::Written => Ok(EditOutcome::Edited {
             revision_id: rev.row.id.clone(),
             sha256: sha256_hex(&rev.row.body),
             new_event_id,
+            event_in_content,
         }),
         RevisionWrite::NotPending => Ok(
             match store

@@ -136,6 +136,41 @@ fn edit_by_each_method_makes_a_revision_and_sets_the_original_aside() {
     }
 }
 
+/// `--new-event-id` changes the event ID the revision is published with (its message ID);
+/// where the headers or body name the old one, the edit says so, and how to change it.
+#[test]
+fn a_new_event_id_says_where_the_content_still_names_the_old_one() {
+    for b in BACKENDS {
+        let db = TestDb::migrated(b);
+        add(&db, "hdr", br#"{"amount": "1,50"}"#);
+        db.add(letter("col", "dlq_rev_q", br#"{"amount": "1,50"}"#));
+        let fresh = |id: &str| {
+            let r = db.dlq(&["edit", id, "--new-event-id", "--note", "new event", "--yes"]);
+            assert_eq!(r.code, 0, "{b:?}: {}", r.all());
+            let j = r.json();
+            let rev = db.show(j["revision_id"].as_str().unwrap());
+            (j["detail"].as_str().unwrap().to_string(), rev)
+        };
+        let (said, rev) = fresh("hdr");
+        let new = rev["event_id"].as_str().unwrap().to_string();
+        assert_ne!(new, "evt-hdr", "{b:?}");
+        assert!(said.contains(r#"still says "evt-hdr""#), "{b:?}: {said}");
+        // As it says: the header too, and then nothing is left to say.
+        let header = format!("x-event-id={new}");
+        let rid = rev["id"].as_str().unwrap();
+        let r = db.dlq(&[
+            "edit", rid, "--header", &header, "--note", "and here", "--yes",
+        ]);
+        assert_eq!(r.code, 0, "{b:?}: {}", r.all());
+        let again = db.show(r.json()["revision_id"].as_str().unwrap());
+        assert_eq!(again["event_id"], new.as_str(), "{b:?}");
+        assert_eq!(again["headers"]["x-event-id"], new.as_str(), "{b:?}");
+        // The event ID in the column only: the content names no other.
+        let (said, _) = fresh("col");
+        assert!(!said.contains("still says"), "{b:?}: {said}");
+    }
+}
+
 #[test]
 fn untouched_text_stays_exact() {
     for b in BACKENDS {
