@@ -30,7 +30,7 @@ pub use why::{why_unavailable, RowUnavailable};
 use crate::error::Result;
 use crate::model::{DeadLetter, HistoryAction, NewHistory, Outcome, Summary};
 use crate::publisher::{replay_headers, to_field_table, Broker, OutgoingMessage, Target};
-use crate::store::{event_id_in_content, Store};
+use crate::store::{EventInContent, Store};
 use chrono::{DateTime, Utc};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicUsize};
@@ -92,10 +92,10 @@ pub struct ItemReport {
     pub outcome: Outcome,
     pub reason: Reason,
     pub event_id: Option<String>,
-    /// The event ID its headers or body name, when not `event_id` (a revision made with
-    /// `--new-event-id`, a worker's column that differs): stored again by capture, the
-    /// message comes back under this one.
-    pub event_in_content: Option<String>,
+    /// The event IDs its headers or body name that are not `event_id` (a revision made
+    /// with `--new-event-id`, a worker's column that differs): stored again, by capture
+    /// say, the message comes back under one of these.
+    pub event_in_content: EventInContent,
     pub target: Option<String>,
     pub plan_id: Option<String>,
 }
@@ -279,8 +279,9 @@ impl<'a> Batch<'a> {
             let row = rows.get(id);
             let event_id = row.and_then(|r| r.summary.event_id.clone());
             let event_in_content = row
-                .and_then(|r| event_id_in_content(&r.headers_json, &r.body))
-                .filter(|e| Some(e) != event_id.as_ref());
+                .map(|r| EventInContent::of(&r.headers_json, &r.body))
+                .unwrap_or_default()
+                .other_than(event_id.as_deref());
             ItemReport {
                 id: id.to_string(),
                 outcome,

@@ -13,7 +13,7 @@ use dlq::revise::{
     self, BodyChange, Change, EditOptions, EditOutcome, HeaderEdit, JqError, PathEdit, Program,
     Refusal,
 };
-use dlq::store::Store;
+use dlq::store::{EventInContent, Store};
 use serde::Serialize;
 use std::path::PathBuf;
 
@@ -261,8 +261,8 @@ pub async fn report(store: &dyn Store, id: &str, o: &EditOutcome) -> Result<Edit
                 .as_ref()
                 .map(|e| format!(" with the new event id {e}"))
                 .unwrap_or_default();
-            if let (Some(old), Some(new)) = (event_in_content, new_event_id) {
-                fresh += &format!(" (its message ID); its x-event-id header or body event_id still says {old:?}, and a consumer that reads the event ID there sees that one: to change it too, edit the revision with --header x-event-id={new} or --set event_id='\"{new}\"'");
+            if let Some(new) = new_event_id {
+                fresh += &still_named(event_in_content, new, revision_id);
             }
             format!("revision {revision_id} made{fresh}; {id} is set aside (revised as {revision_id}); review it with `dlq diff {id} {revision_id}`, replay it with `dlq replay {revision_id}`")
         }
@@ -296,6 +296,33 @@ pub async fn report(store: &dyn Store, id: &str, o: &EditOutcome) -> Result<Edit
         EditOutcome::NotEdited(why) => format!("not edited: {}", refusal(why)),
     };
     Ok(r)
+}
+
+/// What a new event ID leaves as it was: the old ID where the content names it (only the
+/// message ID carries the new one), and the edit that changes it there too.
+fn still_named(old: &EventInContent, new: &str, revision: &str) -> String {
+    let mut places = Vec::new();
+    let mut fix = Vec::new();
+    if let Some(h) = &old.header {
+        places.push(format!("its x-event-id header {h:?}"));
+        fix.push(format!("--header x-event-id={new}"));
+    }
+    if let Some(b) = &old.body {
+        places.push(format!("its body's event_id {b:?}"));
+        fix.push(format!("--set event_id='\"{new}\"'"));
+    }
+    if places.is_empty() {
+        return String::new();
+    }
+    let (verb, them) = match places.len() {
+        1 => ("names", "it"),
+        _ => ("name", "them"),
+    };
+    format!(
+        " (its message ID); {} still {verb} the old event, which a consumer that reads it there sees: to change {them} too, `dlq edit {revision} {} --note ...`",
+        places.join(" and "),
+        fix.join(" ")
+    )
 }
 
 fn refusal(r: &Refusal) -> String {

@@ -103,7 +103,7 @@ impl Watch {
                 outcome: r.outcome,
             };
             self.rows.insert(r.id.clone(), sent.clone());
-            for event in [&r.event_id, &r.event_in_content].into_iter().flatten() {
+            for event in r.event_id.iter().chain(r.event_in_content.ids()) {
                 match self.events.entry(event.clone()) {
                     Entry::Vacant(e) => _ = e.insert(sent.clone()),
                     Entry::Occupied(mut e) if r.outcome == Outcome::Replayed => {
@@ -215,7 +215,7 @@ mod tests {
             outcome,
             reason: Reason::NotFound,
             event_id: event.map(Into::into),
-            event_in_content: None,
+            event_in_content: Default::default(),
             target: None,
             plan_id: None,
         }

@@ -18,7 +18,7 @@ pub use patch::PathError;
 use crate::error::Result;
 use crate::model::{sha256_hex, DeadLetter, HistoryAction, NewHistory, Outcome, State};
 use crate::store::{
-    derived_identity, event_id_in_content, NewDeadLetter, NewRevision, RevisionWrite, Store,
+    derived_identity, EventInContent, NewDeadLetter, NewRevision, RevisionWrite, Store,
 };
 
 /// How the body changes.
@@ -220,9 +220,9 @@ pub enum EditOutcome {
         revision_id: String,
         sha256: String,
         new_event_id: Option<String>,
-        /// With a new event ID: the other one the revision's headers (`x-event-id`) or body
+        /// With a new event ID: the others the revision's headers (`x-event-id`) or body
         /// (`event_id`) still name, which a consumer reading it there sees.
-        event_in_content: Option<String>,
+        event_in_content: EventInContent,
     },
     Unchanged,
     /// `--dry-run`: the content it would write.
@@ -301,9 +301,12 @@ pub async fn edit_row(
         .new_event_id
         .then(|| rev.row.event_id.clone())
         .flatten();
-    let event_in_content = new_event_id.as_ref().and_then(|fresh| {
-        event_id_in_content(&rev.row.headers_json, &rev.row.body).filter(|e| e != fresh)
-    });
+    let event_in_content = match &new_event_id {
+        Some(fresh) => {
+            EventInContent::of(&rev.row.headers_json, &rev.row.body).other_than(Some(fresh))
+        }
+        None => EventInContent::default(),
+    };
     match store.revise(&rev).await? {
         RevisionWrite::Written => Ok(EditOutcome::Edited {
             revision_id: rev.row.id.clone(),

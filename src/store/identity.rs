@@ -27,12 +27,38 @@ pub(crate) fn identity_hint(
     })
 }
 
-/// The event ID the store's rule finds in a message's headers or body, as it would for
-/// the message stored again with no `event_id` column (as capture stores one that names
-/// its event there).
-pub(crate) fn event_id_in_content(headers_json: &str, body: &[u8]) -> Option<String> {
-    let [_, _, event] = identity_hint([None; 3], headers_json, body);
-    event
+/// Where a message's content names its event: the `x-event-id` header and the body's
+/// top-level `event_id`, each as the store's rule reads it. Stored again with no
+/// `event_id` column (as capture stores a message that names its event there), the
+/// message is known by the first; a worker may take either.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EventInContent {
+    pub header: Option<String>,
+    pub body: Option<String>,
+}
+
+impl EventInContent {
+    pub(crate) fn of(headers_json: &str, body: &[u8]) -> Self {
+        let header = fields(headers_json.as_bytes(), &["x-event-id", "", ""])
+            .and_then(|[h, _, _]| h)
+            .and_then(scalar);
+        let body = body_fields(body).and_then(|[_, _, e]| e).and_then(scalar);
+        EventInContent { header, body }
+    }
+
+    /// Each that is not `event`.
+    pub fn other_than(self, event: Option<&str>) -> Self {
+        let other = |v: Option<String>| v.filter(|v| Some(v.as_str()) != event);
+        EventInContent {
+            header: other(self.header),
+            body: other(self.body),
+        }
+    }
+
+    /// The IDs named, the header's first.
+    pub fn ids(&self) -> impl Iterator<Item = &String> {
+        self.header.iter().chain(self.body.iter())
+    }
 }
 
 /// The first value of each of three keys of a JSON object, as written: SQLite's JSON
@@ -142,6 +168,25 @@ mod tests {
             ),
             some(["café", "", "false"])
         );
+    }
+
+    #[test]
+    fn the_event_in_a_header_and_in_a_body_each_as_the_rule_reads_it() {
+        let of = |h: &str, b: &str| EventInContent::of(h, b.as_bytes());
+        let both = of(
+            r#"{"x-event-id":"h-1"}"#,
+            r#"{"event_id":7,"n":{"event_id":"x"}}"#,
+        );
+        let want = |h: Option<&str>, b: Option<&str>| EventInContent {
+            header: h.map(Into::into),
+            body: b.map(Into::into),
+        };
+        assert_eq!(both, want(Some("h-1"), Some("7")));
+        assert_eq!(both.clone().other_than(Some("7")), want(Some("h-1"), None));
+        assert_eq!(both.ids().count(), 2);
+        let none = of(r#"{"x-event-id":null}"#, r#"[{"event_id":"x"}]"#);
+        assert_eq!(none, want(None, None));
+        assert_eq!(of("not json", r#"{"event_id":"b"}"#), want(None, Some("b")));
     }
 
     #[test]

@@ -22,7 +22,7 @@ pub mod sqlite_read;
 pub mod sqlite_time;
 
 pub use alerting::AlertReads;
-pub(crate) use identity::event_id_in_content;
+pub use identity::EventInContent;
 
 /// The prefix of the claim owner a SQLite `dlq import` holds its rows by until they are
 /// given back (see `sqlite_import.rs`), followed by a UUID, with a lease to [`IMPORT_UNTIL`].
