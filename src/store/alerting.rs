@@ -174,23 +174,24 @@ fn scanned_pair_counts<D: Dialect>(filter: &Filter) -> Sql {
 }
 
 async fn outcome_counts<B: Backend>(b: &B, filter: &Filter) -> Result<Vec<(Outcome, i64)>> {
-    // Literals, not parameters: the planner matches them with the partial index
-    // `dead_letter_history_outcome_idx` (migration 20261202000400).
-    let names: Vec<String> = REPLAY_OUTCOMES
-        .iter()
-        .map(|o| format!("'{}'", o.as_str()))
-        .collect();
-    let mut qb: QueryBuilder<'static, B::Db> = QueryBuilder::new(format!(
-        "SELECT outcome, count(*) AS n FROM dead_letter_history WHERE outcome IN ({})",
-        names.join(", ")
-    ));
-    if *filter != Filter::default() {
-        // The history of the selected rows only; unfiltered, no second pass over them.
-        qb.push(" AND dead_letter_id IN (SELECT id FROM dead_letters");
-        super::read::push_where(&mut qb, filter);
-        qb.push(")");
+    let mut qb: QueryBuilder<'static, B::Db> = QueryBuilder::new("");
+    for (i, o) in REPLAY_OUTCOMES.iter().enumerate() {
+        // Literals, not parameters: the planner matches them with the partial index
+        // `dead_letter_history_outcome_idx` (migration 20261202000400), one count each.
+        qb.push(format!(
+            "{}SELECT '{o}' AS outcome, count(*) AS n FROM dead_letter_history \
+             WHERE outcome = '{o}'{}",
+            if i == 0 { "" } else { " UNION ALL " },
+            settled_only(*o),
+            o = o.as_str(),
+        ));
+        if *filter != Filter::default() {
+            // The history of the selected rows only; unfiltered, no second pass over them.
+            qb.push(" AND dead_letter_id IN (SELECT id FROM dead_letters");
+            super::read::push_where(&mut qb, filter);
+            qb.push(")");
+        }
     }
-    qb.push(" GROUP BY outcome");
     let found = all(b, &mut qb, |row| {
         Ok((
             required(text::<B::Db>(row, "outcome")?, "outcome")?,
@@ -209,6 +210,16 @@ async fn outcome_counts<B: Backend>(b: &B, filter: &Filter) -> Result<Vec<(Outco
             (*o, n)
         })
         .collect())
+}
+
+/// The entries of `o` that a run which sent the row wrote: a run that finds a row already
+/// `uncertain` (or attempted by another run first) records that too, but sent nothing;
+/// its entry names no target.
+fn settled_only(o: Outcome) -> &'static str {
+    match o {
+        Outcome::Uncertain => " AND target IS NOT NULL",
+        _ => "",
+    }
 }
 
 /// What `dlq check` compares with its limit.

@@ -49,11 +49,11 @@ fn import(db: &TestDb, rows: &[serde_json::Value]) {
     assert_eq!(r.code, 0, "import: {}", r.all());
 }
 
-/// A replay outcome in the history, as the protocol records it.
+/// A replay outcome in the history, as the protocol records it (with where it went).
 fn history(db: &TestDb, id: &str, action: &str, outcome: &str) {
     db.sql(&[&format!(
-        "INSERT INTO dead_letter_history (dead_letter_id, operator, action, outcome) \
-         VALUES ('{id}', 'tester', '{action}', '{outcome}')"
+        "INSERT INTO dead_letter_history (dead_letter_id, operator, action, outcome, target) \
+         VALUES ('{id}', 'tester', '{action}', '{outcome}', 'exchange \"\" key q')"
     )]);
 }
 
@@ -594,4 +594,28 @@ fn check_without_a_threshold_is_usage_and_an_unreadable_store_is_1() {
     );
     assert_eq!(r.code, 1, "{}", r.all());
     assert!(r.stdout.is_empty(), "{}", r.stdout);
+}
+
+/// A run that finds a row already `uncertain` says so (exit 6, and a history entry), but
+/// sent nothing: the replay outcomes count only what a run sent.
+// Once broke: each rerun added one to `dlq_replay_outcomes_total{outcome="uncertain"}`.
+#[test]
+fn a_rerun_that_finds_a_row_uncertain_adds_no_replay_outcome() {
+    for backend in BACKENDS {
+        let db = TestDb::migrated(backend);
+        let mut u = row("u", "poison_message", "billing", "uncertain");
+        u["source_queue"] = unique("dlq_rerun_uncertain").into();
+        import(&db, &[u]);
+        for _ in 0..2 {
+            let r = db.dlq(&["replay", "u", "--yes"]);
+            assert_eq!(r.code, 6, "{backend:?}: {}", r.all());
+        }
+        let said = db.show("u")["history"].as_array().unwrap().len();
+        assert_eq!(said, 2, "{backend:?}: each rerun is recorded");
+        let s = parse(&metrics(&db, &[]));
+        for outcome in ["uncertain", "replayed", "publish_failed"] {
+            let n = value(&s, "dlq_replay_outcomes_total", &[("outcome", outcome)]);
+            assert_eq!(n, 0.0, "{backend:?} {outcome}");
+        }
+    }
 }
