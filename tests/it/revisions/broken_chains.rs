@@ -396,3 +396,27 @@ fn import_refuses_a_broken_revision_with_a_new_event_id_whose_original_is_here()
         refused_in_either_order(b, &c.before, &pruned);
     }
 }
+
+/// `orig` edited here with `--new-event-id` (R, replayed), then `orig` (set aside)
+/// pruned: R2, a revision of `orig`'s revision made elsewhere (the old event ID, its chain
+/// broken), imports pending beside R, and the event can go out a second time (prune
+/// deletes the one row that says R's event, so the cure of F1 no longer finds it).
+#[test]
+fn import_refuses_a_broken_revision_beside_a_replayed_revision_with_a_new_event_id_once_its_original_is_pruned(
+) {
+    for b in BACKENDS {
+        let mut mq = Rabbit::new();
+        let c = chain(b, &mq.queue("dlq_rev_new_event_pruned"), 2);
+        let pending = export(&c.src, &["--state", "pending"]);
+        let dst = TestDb::migrated(b);
+        import(&dst, &c.before);
+        let ours = revise_new_event(&dst, "orig");
+        let r = replay(&dst, &ours);
+        assert_eq!(r.code, 0, "{b:?} replay: {}", r.all());
+        // Refused while `orig` is here (the F1 cure).
+        import_refused(&dst, &pending);
+        let r = prune_settled(&dst, &["--state", "discarded"]);
+        assert_eq!(r.json()["deleted"], 1, "{b:?} orig is pruned: {}", r.all());
+        import_refused(&dst, &pending);
+    }
+}
