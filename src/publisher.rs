@@ -4,7 +4,9 @@
 //! the run's connection over the nodes ([`crate::broker::run`]). New code imports from
 //! `crate::broker`; these names stay so that no caller had to change with the move.
 
-pub use crate::broker::codec::{replay_headers, to_field_table, DEAD_LETTER_ID_HEADER};
+pub use crate::broker::codec::{
+    as_delivered, replay_headers, to_field_table, DEAD_LETTER_ID_HEADER,
+};
 pub use crate::broker::connect::{
     open_connection, open_first_connection, parse_amqp_url, validate_amqp_url, ClientIdentity,
     ConnectError, ConnectOptions, TlsFiles,

@@ -29,7 +29,9 @@ pub use why::{why_unavailable, RowUnavailable};
 
 use crate::error::Result;
 use crate::model::{DeadLetter, HistoryAction, NewHistory, Outcome, Summary};
-use crate::publisher::{replay_headers, to_field_table, Broker, OutgoingMessage, Target};
+use crate::publisher::{
+    as_delivered, replay_headers, to_field_table, Broker, OutgoingMessage, Target,
+};
 use crate::store::{EventInContent, Store};
 use chrono::{DateTime, Utc};
 use std::collections::{HashMap, HashSet};
@@ -278,8 +280,9 @@ impl<'a> Batch<'a> {
         let r = self.reports.entry(id.to_string()).or_insert_with(|| {
             let row = rows.get(id);
             let event_id = row.and_then(|r| r.summary.event_id.clone());
+            // As sent: a consumer that stores it again stores these headers.
             let event_in_content = row
-                .map(|r| EventInContent::of(&r.headers_json, &r.body))
+                .map(|r| EventInContent::of(&as_delivered(&r.headers_json), &r.body))
                 .unwrap_or_default()
                 .other_than(event_id.as_deref());
             ItemReport {

@@ -87,6 +87,14 @@ pub fn headers_to_json(t: &FieldTable) -> Map<String, Value> {
         .collect()
 }
 
+/// Stored headers as a consumer receives them from a replay, as JSON: through the field
+/// table they are sent as (a number as the double it goes out as, a key given twice
+/// once, its last).
+pub fn as_delivered(headers_json: &str) -> String {
+    let sent = to_field_table(&crate::model::parse_headers(headers_json));
+    Value::Object(headers_to_json(&sent)).to_string()
+}
+
 /// Headers the broker added while delivering and dead-lettering; not part of the event.
 fn is_delivery_bookkeeping(name: &str) -> bool {
     name == "x-death"

@@ -4,7 +4,7 @@
 
 use super::key::{capture_key, key_of, REDELIVERY_HEADERS};
 use crate::broker::codec::headers_to_json;
-use crate::store::{CapturedLetter, NewDeadLetter};
+use crate::store::{CapturedLetter, EventInContent, NewDeadLetter};
 use chrono::{DateTime, Utc};
 use lapin::types::{AMQPValue, FieldTable};
 use lapin::BasicProperties;
@@ -65,20 +65,6 @@ fn derived_text(s: String) -> String {
     } else {
         s
     }
-}
-
-/// Whether the header or the body gives an event ID (the store's fallback rule finds it).
-fn has_event_id(headers: &Map<String, Value>, body: &[u8]) -> bool {
-    if headers.get("x-event-id").is_some_and(|v| !v.is_null()) {
-        return true;
-    }
-    if !body.windows(10).any(|w| w == b"\"event_id\"") {
-        return false;
-    }
-    matches!(
-        serde_json::from_slice::<Value>(body),
-        Ok(Value::Object(m)) if m.get("event_id").is_some_and(|v| !v.is_null())
-    )
 }
 
 /// Deliveries a consumer took before the message died: the delivery count when the
@@ -149,13 +135,13 @@ pub fn to_letter(
         .and_then(|secs| DateTime::<Utc>::from_timestamp(secs, 0));
     let error = error_of(&headers);
     let message_id = props.message_id().as_ref().map(|m| m.as_str().to_string());
-    let event_id = if has_event_id(&headers, body) {
-        None
-    } else {
-        message_id.map(derived_text)
-    };
     // Built from the (sorted) field table, the stored JSON is already canonical.
     let headers_json = Value::Object(headers).to_string();
+    // Left to the store's rule where it finds one in the content; else the message ID.
+    let event_id = match EventInContent::of(&headers_json, body).ids().next() {
+        Some(_) => None,
+        None => message_id.map(derived_text),
+    };
     let key = if REDELIVERY_HEADERS
         .iter()
         .any(|h| table.inner().contains_key(*h))

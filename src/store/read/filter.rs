@@ -105,11 +105,16 @@ pub(crate) fn state_of<D: Dialect>(state: State) -> String {
 /// `prune` keeps a revision while its original is here, so a chain is pruned from its
 /// first row down: a replayed revision is what tells that the original's event went out
 /// (else `restore` or an `import` of another revision could send it again), and a middle
-/// revision is what links it to the original.
+/// revision is what links it to the original. It keeps an original while a revision of
+/// it with another event ID (`edit --new-event-id`) is here: the original is what says
+/// that revision's event is its own (`copies`); such a pair stays until deleted by hand.
 fn keeps_revisions<D: Dialect>() -> String {
     format!(
         " AND NOT (revision_of IS NOT NULL \
-         AND EXISTS (SELECT 1 FROM dead_letters o WHERE {}))",
-        D::id_named("o.id", "dead_letters.revision_of")
+         AND EXISTS (SELECT 1 FROM dead_letters o WHERE {})) \
+         AND NOT EXISTS (SELECT 1 FROM dead_letters r WHERE {} \
+         AND r.eff_event_id IS DISTINCT FROM dead_letters.eff_event_id)",
+        D::id_named("o.id", "dead_letters.revision_of"),
+        D::id_named("dead_letters.id", "r.revision_of"),
     )
 }

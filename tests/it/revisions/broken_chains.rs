@@ -397,10 +397,11 @@ fn import_refuses_a_broken_revision_with_a_new_event_id_whose_original_is_here()
     }
 }
 
-/// `orig` edited here with `--new-event-id` (R, replayed), then `orig` (set aside)
-/// pruned: R2, a revision of `orig`'s revision made elsewhere (the old event ID, its chain
-/// broken), imports pending beside R, and the event can go out a second time (prune
-/// deletes the one row that says R's event, so the cure of F1 no longer finds it).
+/// `orig` edited here with `--new-event-id` (R, replayed): `prune` keeps `orig` (set
+/// aside) while R is here, so R2, a revision of `orig` made elsewhere (the old event ID,
+/// its chain broken), is still refused.
+// Once broke (review 34): prune deleted `orig`, the one row that says R's event is
+// `orig`'s, and R2 imported pending beside R: the event could go out a second time.
 #[test]
 fn import_refuses_a_broken_revision_beside_a_replayed_revision_with_a_new_event_id_once_its_original_is_pruned(
 ) {
@@ -416,7 +417,7 @@ fn import_refuses_a_broken_revision_beside_a_replayed_revision_with_a_new_event_
         // Refused while `orig` is here (the F1 cure).
         import_refused(&dst, &pending);
         let r = prune_settled(&dst, &["--state", "discarded"]);
-        assert_eq!(r.json()["deleted"], 1, "{b:?} orig is pruned: {}", r.all());
+        assert_eq!(r.json()["deleted"], 0, "{b:?} orig is kept: {}", r.all());
         import_refused(&dst, &pending);
     }
 }
