@@ -8,11 +8,13 @@ use std::process::Stdio;
 
 const MIB: usize = 1024 * 1024;
 
-/// Dead-letters `n` distinct bodies of `size` bytes.
+/// Dead-letters `n` distinct bodies of `size` bytes (at least 8), or `n` empty ones.
 fn fill_large(dlx: &Dlx, n: usize, size: usize) {
     for i in 0..n {
         let mut body = vec![b'x'; size];
-        body[..8].copy_from_slice(format!("{i:08}").as_bytes());
+        if size > 0 {
+            body[..8].copy_from_slice(format!("{i:08}").as_bytes());
+        }
         dlx.publish(&body, BasicProperties::default());
     }
     dlx.refuse(n, false);
@@ -95,4 +97,23 @@ fn max_held_bytes_bounds_the_unacked_messages() {
     held.release();
     assert!(least_ready >= 40 - 9, "{} unacked", 40 - least_ready);
     finished(child, &db, &dlx, 40);
+}
+
+/// Once broke (before this was released): an empty first body was never "larger than any
+/// before", so the first few-message prefetch stayed and small messages crawled.
+#[test]
+fn empty_bodies_get_the_whole_prefetch() {
+    let db = TestDb::migrated(Backend::Postgres);
+    let dlx = Dlx::new(&[], &[]);
+    fill_large(&dlx, 40, 0);
+    let held = WritesHeld::on(&db);
+    let child = spawn_capture(&db, &dlx, &[]);
+    wait_until("all 40 delivered", 60, || dlx.rabbit.count(&dlx.dlq) == 0);
+    let prefetch = prefetch_counts(&dlx.dlq);
+    held.release();
+    assert_eq!(prefetch, vec![2000], "--batch 500 x 4");
+    let out = Run::from(child.wait_with_output().unwrap());
+    assert_eq!(out.json()["captured"], 40, "{}", out.all());
+    assert_eq!(rows(&db), 40);
+    assert_eq!(dlx.rabbit.count(&dlx.dlq), 0, "the queue is empty");
 }
