@@ -204,8 +204,9 @@ async fn fill(
         let size = h.body.len();
         bytes += size;
         batch.push(h);
-        if size > run.largest {
-            run.largest = size;
+        // The first body, even an empty one, sets the prefetch; then each larger one.
+        if run.largest.is_none_or(|l| size > l) {
+            run.largest = Some(size);
             if let Err(why) = intake.follow(session, opts, size).await {
                 return Filled::Lost(why);
             }

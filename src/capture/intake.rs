@@ -24,15 +24,15 @@ pub(super) fn full_prefetch(opts: &CaptureOptions) -> u64 {
     (opts.batch.get() as u64 * (super::batch::STORING as u64 + 2)).min(u16::MAX as u64)
 }
 
-/// The prefetch the budget allows for bodies of up to `largest` bytes (0: none seen yet,
-/// and as many of the largest storable body as the budget holds, at most a few).
-pub(super) fn prefetch_for(opts: &CaptureOptions, largest: usize) -> u64 {
+/// The prefetch the budget allows for bodies of up to `largest` bytes; before any body is
+/// seen, as many of the largest storable body as the budget holds, and only a few.
+pub(super) fn prefetch_for(opts: &CaptureOptions, largest: Option<usize>) -> u64 {
     let full = full_prefetch(opts);
     match largest {
-        0 => (opts.max_held_bytes / opts.max_body_bytes.max(1)) as u64,
-        n => (opts.max_held_bytes / n) as u64,
+        None => ((opts.max_held_bytes / opts.max_body_bytes.max(1)) as u64)
+            .clamp(1, FIRST_AT_MOST.min(full)),
+        Some(n) => ((opts.max_held_bytes / n.max(1)) as u64).clamp(1, full),
     }
-    .clamp(1, if largest == 0 { FIRST_AT_MOST } else { full }.min(full))
 }
 
 /// A batch is closed once its bodies reach this: its share of the budget, so that the
@@ -106,7 +106,7 @@ impl Intake {
         opts: &CaptureOptions,
         largest: usize,
     ) -> Result<(), String> {
-        let want = prefetch_for(opts, largest);
+        let want = prefetch_for(opts, Some(largest));
         if want < self.asked * 2 && want * 2 > self.asked {
             return Ok(());
         }

@@ -201,7 +201,7 @@ pub async fn capture(
         parked: park::Parked::default(),
         backoff: Duration::from_millis(250),
         which: Which::First,
-        largest: 0,
+        largest: None,
     };
     let result = run.sessions(&mut on_event).await;
     if let Some(p) = parker.take() {
@@ -225,7 +225,7 @@ pub(crate) struct Run<'a> {
     pub backoff: Duration,
     which: Which,
     /// The largest body seen this run: the prefetch follows it, from session to session.
-    pub largest: usize,
+    pub largest: Option<usize>,
 }
 
 impl Run<'_> {

@@ -68,7 +68,7 @@ pub(super) async fn open_session(
     opts: &CaptureOptions,
     summary: &CaptureSummary,
     which: Which,
-    largest: usize,
+    largest: Option<usize>,
 ) -> Result<Option<Session>> {
     let (conn, host, _) = open_first_connection(&opts.urls, &opts.connect)
         .await
@@ -126,7 +126,7 @@ impl Opening<'_> {
         conn: &Connection,
         summary: &CaptureSummary,
         which: Which,
-        largest: usize,
+        largest: Option<usize>,
     ) -> Result<Option<(Channel, lapin::Consumer, u64)>> {
         let opts = self.opts;
         let channel = self
