@@ -161,7 +161,7 @@ impl Intake {
         let cancelled = session.channel.basic_cancel(old.tag(), Default::default());
         match timeout(opts.confirm_timeout, cancelled).await {
             Ok(Ok(())) => {}
-            Ok(Err(e)) => return Err(held_err(host, &e)),
+            Ok(Err(e)) => return Err(cancel_failed(host, &e)),
             Err(_) => return Err(format!("cancelling the consumer on {host} timed out")),
         }
         loop {
@@ -177,7 +177,7 @@ impl Intake {
     }
 }
 
-fn held_err(host: &str, e: &lapin::Error) -> String {
+fn cancel_failed(host: &str, e: &lapin::Error) -> String {
     format!(
         "lost the broker connection to {host} while cancelling the consumer ({})",
         broker_text(e)

@@ -13,6 +13,9 @@
 //! - A message that cannot be stored (over the body limit, refused by the database) is
 //!   never acked in a loop nor dropped: it is published to the parking queue (confirmed)
 //!   and then acked, or the capture stops with an error and the message stays queued.
+//! - What is held in memory is bounded in bytes, not only in messages: the broker counts a
+//!   prefetch in messages only, so the prefetch follows the largest body seen, within
+//!   `--max-held-bytes` (see `intake`).
 
 mod ack;
 mod batch;

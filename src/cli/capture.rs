@@ -37,8 +37,8 @@ pub struct CaptureArgs {
     /// goes away (default: stop when the queue is empty)
     #[arg(long)]
     pub follow: bool,
-    /// Messages stored in one transaction and acked together (the prefetch is four times
-    /// this: one batch is received while the two before are stored, on PostgreSQL)
+    /// Messages stored in one transaction and acked together (the prefetch is at most four
+    /// times this: one batch is received while the two before are stored, on PostgreSQL)
     #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(1..=10000))]
     pub batch: u64,
     /// Move a message that cannot be stored to this queue (publisher-confirmed, with an
