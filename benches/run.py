@@ -7,7 +7,7 @@ temporary SQLite file, uses uniquely named queues, and removes all of it afterwa
   python3 benches/run.py                 # everything, 1,000,000 rows
   python3 benches/run.py --rows 100000   # a quicker look
   python3 benches/run.py --only replay   # one part: triage | flood | export | scale | inserts | replay | plan
-                                         # | capture | bigbody | import_lock
+                                         # | capture | bigcapture | bigbody | import_lock
                                          # (triage includes content filters, export, flood)
   python3 benches/run.py --only scale --rows 10000000   # aggregate and list at 10M rows (PostgreSQL)
   python3 benches/run.py --only scale --rows 10000000 --keep-db dlq_scale   # generated once, kept
@@ -645,6 +645,42 @@ def capture(args, report):
         report.append(f"| {name} | " + " | ".join(f"{statistics.median(rss[name][k]):.1f}" for k in sizes) + " |")
 
 
+def bigcapture(args, report):
+    """`--only bigcapture`: peak RSS of `dlq capture` (a new process, default options) of
+    dead-letter queues of large messages into PostgreSQL, several runs each; with
+    --baseline an older binary too, alternating with this one."""
+    cases = [(100, 4_000_000), (12, 50_000_000)]
+    binaries = [("this binary", DLQ)] + ([("baseline", args.baseline)] if args.baseline else [])
+    peaks = {}
+    with scratch() as (dlq, db, tmp):
+        work = dlq + "-work"
+        run([QUEUE_TOOL, "dead-letter-into", work, dlq])
+        url = f"postgres://postgres@127.0.0.1:5432/{db}"
+        run([DLQ, "migrate"], env=dlq_env(url))
+        clear = PG_ADMIN[:-4] + ["-d", db, "-c", "TRUNCATE dead_letters CASCADE"]
+        try:
+            for n, size in cases:
+                for _ in range(args.bigcapture_runs):
+                    for name, binary in binaries:
+                        fill_dead_letter_queue(work, dlq, n, size)
+                        took, peak, out = run_rss([binary, "capture", "--queue", dlq], dlq_env(url))
+                        assert json.loads(out)["captured"] == n, out
+                        peaks.setdefault((n, size, name), []).append((peak, took))
+                        run(clear)
+        finally:
+            run([QUEUE_TOOL, "delete", work], check=False)
+    report.append("")
+    report.append("Peak RSS of `dlq capture` of large messages into PostgreSQL (default options; "
+                  "each run a new process; MiB, and seconds):")
+    report.append("")
+    report.append("| messages | binary | peak RSS per run | time per run |")
+    report.append("|---|---|---|---|")
+    for (n, size, name), runs in peaks.items():
+        report.append(f"| {n} of {size / 1e6:.0f} MB ({n * size / 1e6:,.0f} MB) | {name} | "
+                      + ", ".join(f"{p:.0f}" for p, _ in runs) + " | "
+                      + ", ".join(f"{t:.1f}" for _, t in runs) + " |")
+
+
 BIG = 50 * 2**20
 
 
@@ -1013,23 +1049,24 @@ def main():
     p.add_argument("--capture-rounds", type=int, default=3)
     p.add_argument("--export-runs", type=int, default=3)
     p.add_argument("--bigbody-runs", type=int, default=5)
+    p.add_argument("--bigcapture-runs", type=int, default=3)
     p.add_argument("--import-rows", type=int, default=50_000)
     p.add_argument("--import-body", type=int, default=2_000, help="import: bytes of padding per body")
     p.add_argument("--insert-rounds", type=int, default=6)
-    p.add_argument("--only", choices=["triage", "flood", "export", "scale", "inserts", "replay", "plan", "capture", "bigbody", "import_lock"])
+    p.add_argument("--only", choices=["triage", "flood", "export", "scale", "inserts", "replay", "plan", "capture", "bigcapture", "bigbody", "import_lock"])
     p.add_argument("--keep-db", help="scale: generate into this PostgreSQL database once and keep it; "
                    "later runs measure its rows again (drop it by hand)")
-    p.add_argument("--baseline", help="flood, import_lock, plan, capture: an older dlq binary to compare with (before/after)")
+    p.add_argument("--baseline", help="flood, import_lock, plan, capture, bigcapture: an older dlq binary to compare with (before/after)")
     args = p.parse_args()
     run(["cargo", "build", "--quiet", "--release", "--manifest-path", os.path.join(ROOT, "Cargo.toml"),
          "--bin", "dlq", "--example", "queue", "--example", "bare_publisher", "--example", "bare_consumer"])
     report = [f"Machine: {machine()}", f"Date: {time.strftime('%Y-%m-%d')}", ""]
     # flood and export are also parts of triage: alone only when asked for; scale is
-    # meant for 10,000,000 rows and runs only when asked for.
+    # meant for 10,000,000 rows and bigcapture moves gigabytes: only when asked for.
     parts = {"export": export_only}
-    for part in ("triage", "flood", "export", "scale", "inserts", "replay", "plan", "capture", "bigbody",
+    for part in ("triage", "flood", "export", "scale", "inserts", "replay", "plan", "capture", "bigcapture", "bigbody",
                  "import_lock"):
-        if args.only == part or (args.only is None and part not in ("flood", "export", "scale")):
+        if args.only == part or (args.only is None and part not in ("flood", "export", "scale", "bigcapture")):
             parts.get(part, globals().get(part))(args, report)
     print("\n".join(report))
 

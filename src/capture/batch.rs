@@ -2,14 +2,14 @@
 //! ones are stored, each by its own task, and settled (acked) in delivery order.
 
 use super::ack::{settle, Parking};
+use super::intake::{batch_bytes, Intake};
 use super::letter::to_letter;
-use super::session::{cancel, held, queue_is_empty, Held, Session, SessionEnd};
+use super::session::{queue_is_empty, Held, Session, SessionEnd};
 use super::Run;
-use super::{Event, Stopped, MAX_BATCH_BYTES};
+use super::{Event, Stopped};
 use crate::error::{DlqError, Result};
 use crate::spell::Flag;
 use crate::store::{CaptureOutcome, CapturedLetter, Store};
-use futures_util::StreamExt;
 use serde_json::Value;
 use std::collections::{HashSet, VecDeque};
 use std::sync::Arc;
@@ -59,7 +59,7 @@ async fn joined(task: StoreTask) -> Result<StoredBatch> {
 
 /// How the receiving of one batch ended.
 enum Filled {
-    /// `want` messages or [`MAX_BATCH_BYTES`] of bodies.
+    /// `want` messages or its share of the budget ([`batch_bytes`]).
     Full,
     /// The broker had no more to give when the wait for a full batch ran out.
     Drained,
@@ -80,7 +80,7 @@ pub(super) async fn run_session(
     session: &Session,
     on_event: &mut impl FnMut(Event<'_>),
 ) -> Result<SessionEnd> {
-    let mut consumer = session.consumer.clone();
+    let mut intake = Intake::new(session);
     // Deliveries taken while making sure the queue is empty: they start the next batch.
     let mut carried: Vec<Held> = Vec::new();
     // The batches being stored, oldest first. The oldest is settled (acked) before a
@@ -92,12 +92,12 @@ pub(super) async fn run_session(
             if let Some(end) = run.settle_all(session, &mut storing, on_event).await? {
                 return Ok(end);
             }
-            cancel(session, run.opts).await;
+            intake.cancel(session, run.opts).await;
             return Ok(SessionEnd::Done(Stopped::Max));
         }
         let want = (run.opts.batch.get() as u64).min(remaining) as usize;
         let mut batch: Vec<Held> = std::mem::take(&mut carried);
-        let filled = fill(run, &mut consumer, &session.host, &mut batch, want).await;
+        let filled = fill(run, &mut intake, session, &mut batch, want).await;
         if let Filled::Lost(why) = filled {
             // Nothing of the batch in hand is stored or acked, nor are those being stored
             // acked: the broker has them all. Their transactions end before reconnecting.
@@ -127,7 +127,7 @@ pub(super) async fn run_session(
             }
         }
         if interrupted {
-            cancel(session, run.opts).await;
+            intake.cancel(session, run.opts).await;
             return Ok(SessionEnd::Done(Stopped::Interrupted));
         }
         if drained && !run.opts.follow && queue_is_empty(session, run.opts).await? {
@@ -138,12 +138,12 @@ pub(super) async fn run_session(
             if room == 0 {
                 continue;
             }
-            if let Err(why) = take_buffered(&mut consumer, &session.host, room, &mut carried) {
+            if let Err(why) = take_buffered(&mut intake, &session.host, room, &mut carried) {
                 storing.abandon().await;
                 return Ok(SessionEnd::Lost(why));
             }
             if carried.is_empty() {
-                cancel(session, run.opts).await;
+                intake.cancel(session, run.opts).await;
                 return Ok(SessionEnd::Done(Stopped::Empty));
             }
         }
@@ -173,12 +173,13 @@ impl Storing {
     }
 }
 
-/// Receives into `batch` until it holds `want` messages or [`MAX_BATCH_BYTES`], the
+/// Receives into `batch` until it holds `want` messages or its share of the budget, the
 /// linger (or, for an empty batch, the idle wait) runs out, a signal, or a lost stream.
+/// A body larger than any before may change the prefetch ([`Intake::follow`]).
 async fn fill(
     run: &mut Run<'_>,
-    consumer: &mut lapin::Consumer,
-    host: &str,
+    intake: &mut Intake,
+    session: &Session,
     batch: &mut Vec<Held>,
     want: usize,
 ) -> Filled {
@@ -186,21 +187,29 @@ async fn fill(
     let idle = opts.linger.max(Duration::from_millis(100));
     let mut deadline = Instant::now() + if batch.is_empty() { idle } else { opts.linger };
     let mut bytes: usize = batch.iter().map(|h| h.body.len()).sum();
-    while batch.len() < want && bytes < MAX_BATCH_BYTES {
-        tokio::select! {
+    let most = batch_bytes(opts);
+    while batch.len() < want && bytes < most {
+        let h = tokio::select! {
             biased;
             _ = run.stop.wait_for(|s| *s) => return Filled::Interrupted,
-            next = consumer.next() => match held(next, host) {
-                Ok(h) => {
-                    if batch.is_empty() {
-                        deadline = Instant::now() + opts.linger;
-                    }
-                    bytes += h.body.len();
-                    batch.push(h);
-                }
+            next = intake.next(&session.host) => match next {
+                Ok(h) => h,
                 Err(why) => return Filled::Lost(why),
             },
             _ = tokio::time::sleep_until(deadline) => return Filled::Drained,
+        };
+        if batch.is_empty() {
+            deadline = Instant::now() + opts.linger;
+        }
+        let size = h.body.len();
+        bytes += size;
+        batch.push(h);
+        // The first body, even an empty one, sets the prefetch; then each larger one.
+        if run.largest.is_none_or(|l| size > l) {
+            run.largest = Some(size);
+            if let Err(why) = intake.follow(session, opts, size).await {
+                return Filled::Lost(why);
+            }
         }
     }
     Filled::Full
@@ -209,16 +218,15 @@ async fn fill(
 /// Deliveries already in the consumer's buffer once the broker said the queue is empty
 /// (it sends a queue's deliveries to a channel before its answer to the declare).
 fn take_buffered(
-    consumer: &mut lapin::Consumer,
+    intake: &mut Intake,
     host: &str,
     want: u64,
     carried: &mut Vec<Held>,
 ) -> std::result::Result<(), String> {
-    use futures_util::FutureExt;
     while (carried.len() as u64) < want {
-        match consumer.next().now_or_never() {
+        match intake.try_next(host) {
             None => return Ok(()),
-            Some(next) => carried.push(held(next, host)?),
+            Some(next) => carried.push(next?),
         }
     }
     Ok(())

@@ -13,9 +13,13 @@
 //! - A message that cannot be stored (over the body limit, refused by the database) is
 //!   never acked in a loop nor dropped: it is published to the parking queue (confirmed)
 //!   and then acked, or the capture stops with an error and the message stays queued.
+//! - What is held in memory is bounded in bytes, not only in messages: the broker counts a
+//!   prefetch in messages only, so the prefetch follows the largest body seen, within
+//!   `--max-held-bytes` (see `intake`).
 
 mod ack;
 mod batch;
+mod intake;
 mod key;
 mod letter;
 mod park;
@@ -44,8 +48,13 @@ use tokio::time::Instant;
 pub const DEFAULT_MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
 
 /// A batch is committed once its bodies reach this many bytes, even if it is not full:
-/// bounds a transaction (and a PostgreSQL statement) when messages are large.
+/// bounds a transaction (and a PostgreSQL statement) when messages are large. A smaller
+/// `--max-held-bytes` lowers it to its share.
 pub const MAX_BATCH_BYTES: usize = 32 * 1024 * 1024;
+
+/// The bodies capture holds at once unless told otherwise (`--max-held-bytes`): the
+/// prefetch is lowered so that the unacked messages stay about this size.
+pub const DEFAULT_MAX_HELD_BYTES: usize = 256 * 1024 * 1024;
 
 /// The header a parked message gets, saying why it could not be stored.
 pub const PARK_ERROR_HEADER: &str = "x-dlq-capture-error";
@@ -69,6 +78,8 @@ pub struct CaptureOptions {
     /// Where a message that cannot be stored goes; without it the capture stops there.
     pub park_queue: Option<String>,
     pub max_body_bytes: usize,
+    /// About the most bytes of bodies held at once: the prefetch follows the largest body.
+    pub max_held_bytes: usize,
     pub connect: ConnectOptions,
     /// Bounds a publish to the parking queue, and every other wait on the broker.
     pub confirm_timeout: Duration,
@@ -93,6 +104,7 @@ impl CaptureOptions {
             batch: std::num::NonZeroUsize::new(500).expect("not zero"),
             park_queue: None,
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            max_held_bytes: DEFAULT_MAX_HELD_BYTES,
             connect,
             confirm_timeout: Duration::from_secs(10),
             topology: BrokerTopology::Unknown,
@@ -192,6 +204,7 @@ pub async fn capture(
         parked: park::Parked::default(),
         backoff: Duration::from_millis(250),
         which: Which::First,
+        largest: None,
     };
     let result = run.sessions(&mut on_event).await;
     if let Some(p) = parker.take() {
@@ -214,6 +227,8 @@ pub(crate) struct Run<'a> {
     /// The wait before the next reconnection attempt; reset by each acked batch.
     pub backoff: Duration,
     which: Which,
+    /// The largest body seen this run: the prefetch follows it, from session to session.
+    pub largest: Option<usize>,
 }
 
 impl Run<'_> {
@@ -224,7 +239,7 @@ impl Run<'_> {
             if *self.stop.borrow() {
                 return Ok(Stopped::Interrupted);
             }
-            let end = match open_session(self.opts, self.summary, self.which).await {
+            let end = match open_session(self.opts, self.summary, self.which, self.largest).await {
                 Ok(Some(session)) => {
                     self.which = Which::Reconnect;
                     on_event(Event::Connected {

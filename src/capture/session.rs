@@ -2,6 +2,7 @@
 //! exclusively; and the small waits on that channel (cancel, is the queue empty). Every
 //! await is bounded, and refusals are read by reply code.
 
+use super::intake::prefetch_for;
 use super::{CaptureOptions, CaptureSummary, Stopped};
 use crate::broker::connect::open_first_connection;
 use crate::broker::reply::{is_not_found, refusal, Refusal};
@@ -35,6 +36,10 @@ pub(super) struct Session {
     pub channel: Channel,
     pub consumer: lapin::Consumer,
     pub host: String,
+    /// The prefetch the largest body seen asked for when it opened, before `--max` cut it.
+    pub asked: u64,
+    /// Messages `--max` allowed when it opened (`u64::MAX`: no `--max`).
+    pub room: u64,
 }
 
 impl Session {
@@ -63,6 +68,7 @@ pub(super) async fn open_session(
     opts: &CaptureOptions,
     summary: &CaptureSummary,
     which: Which,
+    largest: Option<usize>,
 ) -> Result<Option<Session>> {
     let (conn, host, _) = open_first_connection(&opts.urls, &opts.connect)
         .await
@@ -73,14 +79,16 @@ pub(super) async fn open_session(
         host: &host,
         wait,
     }
-    .consume(&conn, summary, which)
+    .consume(&conn, summary, which, largest)
     .await;
     match opened {
-        Ok(Some((channel, consumer))) => Ok(Some(Session {
+        Ok(Some((channel, consumer, room))) => Ok(Some(Session {
             conn,
             channel,
             consumer,
             host,
+            asked: prefetch_for(opts, largest),
+            room,
         })),
         other => {
             let _ = timeout(wait, conn.close(200, "bye".into())).await;
@@ -118,7 +126,8 @@ impl Opening<'_> {
         conn: &Connection,
         summary: &CaptureSummary,
         which: Which,
-    ) -> Result<Option<(Channel, lapin::Consumer)>> {
+        largest: Option<usize>,
+    ) -> Result<Option<(Channel, lapin::Consumer, u64)>> {
         let opts = self.opts;
         let channel = self
             .step("opening a channel", conn.create_channel())
@@ -138,10 +147,9 @@ impl Opening<'_> {
             .max
             .map(|m| m.saturating_sub(summary.handled()))
             .unwrap_or(u64::MAX);
-        // Room for the batches being stored, the one being received and the next one on
-        // its way; never more than --max asks for, so that no message is taken only to be
-        // handed back.
-        let prefetch = (opts.batch.get() as u64 * (super::batch::STORING as u64 + 2))
+        // What the budget allows for the largest body seen (see `intake`); never more
+        // than --max asks for, so that no message is taken only to be handed back.
+        let prefetch = prefetch_for(opts, largest)
             .min(remaining)
             .clamp(1, u16::MAX as u64) as u16;
         self.step(
@@ -152,7 +160,7 @@ impl Opening<'_> {
         .map_err(|e| self.fail("setting the prefetch", broker_text(&e)))?;
         let consumer = self.start_consuming(&channel, q, which).await?;
         tracing::debug!(host = %self.host, queue = %opts.queue, prefetch, "consuming");
-        Ok(Some((channel, consumer)))
+        Ok(Some((channel, consumer, remaining)))
     }
 
     /// The queue's ready messages, by a passive declare; a missing queue is named.
@@ -179,13 +187,7 @@ impl Opening<'_> {
         q: ShortString,
         which: Which,
     ) -> Result<lapin::Consumer> {
-        let tag = format!("dlq-capture-{}", uuid::Uuid::new_v4().simple());
-        let exclusive = BasicConsumeOptions {
-            exclusive: true,
-            ..BasicConsumeOptions::default()
-        };
-        let consume =
-            channel.basic_consume(q, tag.as_str().into(), exclusive, FieldTable::default());
+        let consume = consume_exclusive(channel, q);
         match self.step("consuming", consume).await? {
             Ok(c) => Ok(c),
             Err(e) if which == Which::First && refusal(&e) == Some(Refusal::AccessRefused) => {
@@ -199,6 +201,19 @@ impl Opening<'_> {
             Err(e) => Err(self.fail("consuming", broker_text(&e))),
         }
     }
+}
+
+/// Consumes `q` exclusively under a new tag: while it consumes, no one else can.
+pub(super) fn consume_exclusive(
+    channel: &Channel,
+    q: ShortString,
+) -> impl std::future::Future<Output = lapin::Result<lapin::Consumer>> + '_ {
+    let tag = format!("dlq-capture-{}", uuid::Uuid::new_v4().simple());
+    let exclusive = BasicConsumeOptions {
+        exclusive: true,
+        ..BasicConsumeOptions::default()
+    };
+    channel.basic_consume(q, tag.as_str().into(), exclusive, FieldTable::default())
 }
 
 /// A delivery from the consumer stream, or why the stream gave none.
@@ -223,15 +238,12 @@ pub(super) fn held(
     }
 }
 
-/// Stops the deliveries; what was prefetched and not taken goes back when the channel
-/// closes.
-pub(super) async fn cancel(session: &Session, opts: &CaptureOptions) {
-    let tag = session.consumer.tag();
+/// Stops the deliveries of consumer `tag`; what was prefetched and not taken goes back
+/// when the channel closes.
+pub(super) async fn cancel(channel: &Channel, tag: ShortString, opts: &CaptureOptions) {
     let _ = timeout(
         opts.confirm_timeout,
-        session
-            .channel
-            .basic_cancel(tag, BasicCancelOptions::default()),
+        channel.basic_cancel(tag, BasicCancelOptions::default()),
     )
     .await;
 }

@@ -37,8 +37,8 @@ pub struct CaptureArgs {
     /// goes away (default: stop when the queue is empty)
     #[arg(long)]
     pub follow: bool,
-    /// Messages stored in one transaction and acked together (the prefetch is four times
-    /// this: one batch is received while the two before are stored, on PostgreSQL)
+    /// Messages stored in one transaction and acked together (the prefetch is at most four
+    /// times this: one batch is received while the two before are stored, on PostgreSQL)
     #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u64).range(1..=10000))]
     pub batch: u64,
     /// Move a message that cannot be stored to this queue (publisher-confirmed, with an
@@ -48,6 +48,11 @@ pub struct CaptureArgs {
     /// Largest body stored; a larger one cannot be stored (bytes, or with KiB / MiB)
     #[arg(long, default_value = "64MiB", value_parser = parse_size)]
     pub max_body_bytes: usize,
+    /// About the most bytes of bodies held at once: the prefetch is lowered to as many
+    /// messages of the largest body seen as fit, and a batch is closed at its share
+    /// (bytes, or with KiB / MiB)
+    #[arg(long, default_value = "256MiB", value_parser = parse_size)]
+    pub max_held_bytes: usize,
 }
 
 /// A queue name AMQP can carry: at most 255 bytes.
@@ -265,6 +270,7 @@ fn options(ctx: &Ctx, args: &CaptureArgs) -> Result<CaptureOptions> {
     opts.park_queue = args.park_queue.clone();
     opts.topology = ctx.broker_topology(&opts.urls)?;
     opts.max_body_bytes = args.max_body_bytes;
+    opts.max_held_bytes = args.max_held_bytes;
     opts.spell = std::sync::Arc::new(super::spell::Commands);
     Ok(opts)
 }

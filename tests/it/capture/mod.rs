@@ -3,6 +3,7 @@
 
 mod crashes;
 mod dead_letters;
+mod held;
 mod keys;
 mod refusals;
 
