@@ -304,3 +304,43 @@ fn a_captured_message_replays_to_its_original_queue_without_its_x_death() {
         );
     }
 }
+
+/// A message with a message ID whose content names its event in a form the store's rule
+/// does not read (a body key written with an escape, a header with a NUL, a body that is
+/// not UTF-8 after its event ID) is stored with
+/// no event ID: capture left the column to the rule, and the message ID is lost.
+#[test]
+fn a_message_id_is_kept_when_the_store_rule_reads_no_event_in_the_content() {
+    for backend in BACKENDS {
+        let db = TestDb::migrated(backend);
+        let dlx = Dlx::new(&[], &[]);
+        let escaped: &[u8] = br#"{"event\u005fid":"evt-esc","amount":1}"#;
+        dlx.publish(
+            escaped,
+            BasicProperties::default().with_message_id("msg-esc".into()),
+        );
+        dlx.publish(
+            b"{}",
+            BasicProperties::default()
+                .with_headers(table(&[("x-event-id", s("a\u{0}b"))]))
+                .with_message_id("msg-nul".into()),
+        );
+        // Latin-1 text after the event ID: no UTF-8, so no JSON to PostgreSQL.
+        dlx.publish(
+            b"{\"event_id\":\"evt-latin1\",\"name\":\"Jos\xe9\"}",
+            BasicProperties::default().with_message_id("msg-latin1".into()),
+        );
+        dlx.refuse(3, false);
+        let r = capture(&db, &["--queue", &dlx.dlq]);
+        assert_eq!(r.code, 0, "{}", r.all());
+        let none: Vec<Value> = shown(&db)
+            .into_iter()
+            .filter(|row| row["event_id"].is_null())
+            .map(|row| row["body_base64"].clone())
+            .collect();
+        assert!(
+            none.is_empty(),
+            "{backend:?}: messages with an ID stored with no event ID (bodies): {none:?}"
+        );
+    }
+}
