@@ -619,3 +619,41 @@ fn a_rerun_that_finds_a_row_uncertain_adds_no_replay_outcome() {
         }
     }
 }
+
+/// A replay that was confirmed and then lost its database (so its own `uncertain` entry
+/// was never written) counts as no replay outcome, even after a rerun records the row
+/// `uncertain`: the counter says nothing may be out while a message is.
+#[test]
+fn a_replay_that_lost_its_database_after_the_confirm_counts_as_uncertain() {
+    let mut rabbit = Rabbit::new();
+    let q = rabbit.queue("dlq_outcome_db_lost");
+    let db = TestDb::migrated(Backend::Postgres);
+    db.add(letter("d1", &q, br#"{"n":1}"#));
+    let proxies = DbCutAtConfirm::start();
+    let r = proxies.run(
+        &db,
+        &[
+            "replay",
+            "d1",
+            "--yes",
+            "--connect-timeout",
+            "1s",
+            "--lease",
+            "5m",
+            "--settle-timeout",
+            "2s",
+        ],
+    );
+    assert_eq!(r.code, 6, "{}", r.all());
+    assert_eq!(rabbit.drain(&q).len(), 1, "published once");
+    // The operator's rerun says uncertain, as the runbook does.
+    let r = db.dlq(&["replay", "d1", "--yes"]);
+    assert_eq!(r.code, 6, "{}", r.all());
+    assert_eq!(db.ids(&["--state", "uncertain"]), vec!["d1"]);
+    let s = parse(&metrics(&db, &[]));
+    let n = value(&s, "dlq_replay_outcomes_total", &[("outcome", "uncertain")]);
+    assert!(
+        n >= 1.0,
+        "a confirmed publish left uncertain counts in no outcome: {n}"
+    );
+}
