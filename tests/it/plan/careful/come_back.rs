@@ -441,6 +441,16 @@ fn take_off_the_wire(rabbit: &Rabbit, queue: &str) -> Option<Taken> {
 /// capture stores late: the row capture makes of what came off the wire.
 /// Asserts that the come-back stopped the run after exactly the canary.
 fn canary_against_captured_late(form: &str, event: Option<&str>, headers: &str) {
+    canary_against_captured_late_with(form, event, headers, |i| format!("{{\"n\":{i}}}").into());
+}
+
+/// [`canary_against_captured_late`], the body of row `i` given by `body`.
+fn canary_against_captured_late_with(
+    form: &str,
+    event: Option<&str>,
+    headers: &str,
+    body: impl Fn(usize) -> Vec<u8>,
+) {
     let mut rabbit = Rabbit::new();
     let q = rabbit.queue("dlq_canary_wire");
     let db = TestDb::migrated(Backend::Postgres);
@@ -449,9 +459,10 @@ fn canary_against_captured_late(form: &str, event: Option<&str>, headers: &str) 
         let n = i.to_string();
         let headers = headers.replace("ID", &n);
         let event = event.map_or("NULL".to_string(), |e| format!("'{}'", e.replace("ID", &n)));
+        let hex: String = body(i).iter().map(|b| format!("{b:02x}")).collect();
         db.sql(&[&format!(
             "INSERT INTO dead_letters (id, body, reason, attempts, headers_json, event_id, \
-             source_queue) VALUES ('{id}', convert_to('{{\"n\":{i}}}', 'UTF8'), \
+             source_queue) VALUES ('{id}', decode('{hex}', 'hex'), \
              'retries_exhausted', 1, '{headers}', {event}, '{q}')"
         )]);
     }
@@ -520,4 +531,23 @@ fn a_come_back_with_no_event_id_of_rows_that_all_had_one_stored_late_is_seen_bef
 ) {
     let headers = r#"{"tenant":"acme","x-event-id":["ID"]}"#;
     canary_against_captured_late("array", Some("evt-ID"), headers);
+}
+
+/// A body that names its event but is not UTF-8 (Latin-1 text after its `event_id`):
+/// capture leaves the come-back's event ID to the store's rule, which on PostgreSQL reads
+/// no JSON from it; the come-back has no event ID, every row sent had one, and stored
+/// late it is never seen: the canary passes a consumer that fails everything. UTF-8, the
+/// control, is seen.
+#[test]
+fn a_come_back_of_a_body_not_utf8_stored_late_is_seen_before_the_canary_passes() {
+    let headers = r#"{"tenant":"acme"}"#;
+    let bodies: [(&str, &[u8]); 2] = [("utf-8", b"Jos\xc3\xa9"), ("latin-1", b"Jos\xe9")];
+    for (form, name) in bodies {
+        canary_against_captured_late_with(form, Some("evt-ID"), headers, |i| {
+            let mut b = format!("{{\"event_id\":\"evt-{i}\",\"name\":\"").into_bytes();
+            b.extend_from_slice(name);
+            b.extend_from_slice(b"\"}");
+            b
+        });
+    }
 }
