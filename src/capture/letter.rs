@@ -137,8 +137,12 @@ pub fn to_letter(
     let message_id = props.message_id().as_ref().map(|m| m.as_str().to_string());
     // Built from the (sorted) field table, the stored JSON is already canonical.
     let headers_json = Value::Object(headers).to_string();
-    // Left to the store's rule where it finds one in the content; else the message ID.
-    let event_id = match EventInContent::of(&headers_json, body).ids().next() {
+    // Left to the store's rule where it surely finds one in the content; else the
+    // message ID.
+    let event_id = match EventInContent::read_by_every_store(&headers_json, body)
+        .ids()
+        .next()
+    {
         Some(_) => None,
         None => message_id.map(derived_text),
     };

@@ -212,12 +212,21 @@ async fn outcome_counts<B: Backend>(b: &B, filter: &Filter) -> Result<Vec<(Outco
         .collect())
 }
 
-/// The entries of `o` that a run which sent the row wrote: a run that finds a row already
-/// `uncertain` (or attempted by another run first) records that too, but sent nothing;
-/// its entry names no target.
+/// One entry per replay that ended so. A run that sent the row names its target; a run
+/// that finds a row already `uncertain` (or attempted by another run first) sent nothing
+/// and names none: its entry counts only as the first record of that doubt since the
+/// row's last attempt (the run that sent it could not write its own: killed, or cut from
+/// the database after the confirm).
 fn settled_only(o: Outcome) -> &'static str {
     match o {
-        Outcome::Uncertain => " AND target IS NOT NULL",
+        Outcome::Uncertain => {
+            " AND (target IS NOT NULL OR NOT EXISTS (SELECT 1 FROM dead_letter_history p \
+             WHERE p.dead_letter_id = dead_letter_history.dead_letter_id \
+             AND p.seq < dead_letter_history.seq AND p.outcome = 'uncertain' \
+             AND NOT EXISTS (SELECT 1 FROM dead_letter_history a \
+             WHERE a.dead_letter_id = p.dead_letter_id AND a.action = 'attempt' \
+             AND a.seq > p.seq AND a.seq < dead_letter_history.seq)))"
+        }
         _ => "",
     }
 }
