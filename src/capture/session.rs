@@ -139,7 +139,11 @@ impl Opening<'_> {
                 opts.queue
             ))
         })?;
-        let count = self.message_count(&channel, q.clone()).await?;
+        let (count, consumers) = self.declared(&channel, q.clone()).await?;
+        // A quorum queue ignores an exclusive consume: the count says what it would.
+        if which == Which::First && consumers > 0 {
+            return Err(self.taken(&format!("{consumers} consumer(s) on it")));
+        }
         if count == 0 && !opts.follow {
             return Ok(None);
         }
@@ -163,21 +167,30 @@ impl Opening<'_> {
         Ok(Some((channel, consumer, remaining)))
     }
 
-    /// The queue's ready messages, by a passive declare; a missing queue is named.
-    async fn message_count(&self, channel: &Channel, q: ShortString) -> Result<u32> {
+    /// The queue's ready messages and consumers, by a passive declare; a missing queue is
+    /// named.
+    async fn declared(&self, channel: &Channel, q: ShortString) -> Result<(u32, u32)> {
         let passive = QueueDeclareOptions {
             passive: true,
             ..QueueDeclareOptions::default()
         };
         let declared = channel.queue_declare(q, passive, FieldTable::default());
         match self.step("checking the queue", declared).await? {
-            Ok(q) => Ok(q.message_count()),
+            Ok(q) => Ok((q.message_count(), q.consumer_count())),
             Err(e) if is_not_found(&e) => Err(DlqError::other(format!(
                 "there is no queue {:?} on {} (in this vhost)",
                 self.opts.queue, self.host
             ))),
             Err(e) => Err(self.fail("checking the queue", broker_text(&e))),
         }
+    }
+
+    /// The queue is another consumer's: capture is refused.
+    fn taken(&self, why: &str) -> DlqError {
+        DlqError::other(format!(
+            "queue {:?} on {} already has a consumer, and capture consumes exclusively (is another dlq capture running?): {why}",
+            self.opts.queue, self.host
+        ))
     }
 
     /// An exclusive consumer: a second capture of the same queue is refused (403).
@@ -191,12 +204,7 @@ impl Opening<'_> {
         match self.step("consuming", consume).await? {
             Ok(c) => Ok(c),
             Err(e) if which == Which::First && refusal(&e) == Some(Refusal::AccessRefused) => {
-                Err(DlqError::other(format!(
-                    "queue {:?} on {} already has a consumer, and capture consumes exclusively (is another dlq capture running?): {}",
-                    self.opts.queue,
-                    self.host,
-                    broker_text(&e)
-                )))
+                Err(self.taken(&broker_text(&e)))
             }
             Err(e) => Err(self.fail("consuming", broker_text(&e))),
         }

@@ -328,6 +328,31 @@ fn a_missing_queue_or_schema_is_one_clear_line() {
     assert!(r.stderr.contains("dlq migrate"), "{}", r.stderr);
 }
 
+/// A quorum queue takes no exclusive consumer (RabbitMQ ignores the flag there), so a
+/// second capture is refused by the consumer count the queue reports.
+// Once broke (review 37): a second capture of a quorum queue ran beside the first.
+#[test]
+fn one_capture_per_quorum_queue() {
+    let db = TestDb::migrated(Backend::Sqlite);
+    let dlx = Dlx::new(&[], &[("x-queue-type", s("quorum"))]);
+    let child = db
+        .cmd()
+        .args(["capture", "--queue", &dlx.dlq, "--follow"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_until("the first capture consuming", 30, || {
+        consumers(&dlx.rabbit, &dlx.dlq) == 1
+    });
+    let r = capture(&db, &["--queue", &dlx.dlq]);
+    signal(&child, "INT");
+    let first = Run::from(child.wait_with_output().unwrap());
+    assert_eq!(r.code, 1, "{}", r.all());
+    assert!(r.stderr.contains("already has a consumer"), "{}", r.stderr);
+    assert_eq!(first.code, 0, "{}", first.all());
+}
+
 #[test]
 fn one_capture_per_queue_and_no_password_in_errors() {
     let db = TestDb::migrated(Backend::Sqlite);
