@@ -344,3 +344,72 @@ fn a_message_id_is_kept_when_the_store_rule_reads_no_event_in_the_content() {
         );
     }
 }
+
+/// A `\u0000` escape or a lone surrogate anywhere in a body or the headers (not in the
+/// event ID itself) makes PostgreSQL's rule read no event from them: capture left the
+/// column NULL there, and the message ID was lost.
+#[test]
+fn a_message_id_is_kept_when_a_nul_escape_or_lone_surrogate_elsewhere_stops_the_rule() {
+    for backend in BACKENDS {
+        let db = TestDb::migrated(backend);
+        let dlx = Dlx::new(&[], &[]);
+        let bodies: [&[u8]; 3] = [
+            br#"{"a\u0000":1,"event_id":"evt-nul-key"}"#,
+            br#"{"note":"x\u0000","event_id":"evt-nul-value"}"#,
+            br#"{"event_id":"evt-surrogate","note":"\ud800"}"#,
+        ];
+        for (i, body) in bodies.iter().enumerate() {
+            dlx.publish(
+                body,
+                BasicProperties::default().with_message_id(format!("msg-body-{i}").into()),
+            );
+        }
+        // The event ID in its header; a NUL in another header's value.
+        dlx.publish(
+            b"{}",
+            BasicProperties::default()
+                .with_headers(table(&[
+                    ("x-event-id", s("evt-hdr")),
+                    ("x-note", s("a\u{0}b")),
+                ]))
+                .with_message_id("msg-hdr".into()),
+        );
+        dlx.refuse(4, false);
+        let r = capture(&db, &["--queue", &dlx.dlq]);
+        assert_eq!(r.code, 0, "{}", r.all());
+        let none: Vec<Value> = shown(&db)
+            .into_iter()
+            .filter(|row| row["event_id"].is_null())
+            .map(|row| row["body_base64"].clone())
+            .collect();
+        assert!(
+            none.is_empty(),
+            "{backend:?}: messages with an ID stored with no event ID (bodies): {none:?}"
+        );
+    }
+}
+
+/// A body naming `event_id` once as written and once with an escaped key: dlq and SQLite
+/// read the first, PostgreSQL's rule (`->`, one literal occurrence) the last; capture
+/// left the column to the rule, so the stores disagree on the message's event.
+#[test]
+fn a_body_key_given_again_with_an_escape_is_read_alike_by_every_store() {
+    for backend in BACKENDS {
+        let db = TestDb::migrated(backend);
+        let dlx = Dlx::new(&[], &[]);
+        dlx.publish(
+            br#"{"event_id":"evt-first","event\u005fid":"evt-last"}"#,
+            BasicProperties::default().with_message_id("msg-dup".into()),
+        );
+        dlx.refuse(1, false);
+        let r = capture(&db, &["--queue", &dlx.dlq]);
+        assert_eq!(r.code, 0, "{}", r.all());
+        let rows = shown(&db);
+        assert_eq!(rows.len(), 1);
+        let got = rows[0]["event_id"].as_str().map(str::to_string);
+        assert!(
+            matches!(got.as_deref(), Some("evt-first" | "msg-dup")),
+            "{backend:?}: stored under {got:?}, not the event dlq reads (evt-first) nor the message ID"
+        );
+    }
+}
