@@ -137,15 +137,15 @@ pub fn to_letter(
     let message_id = props.message_id().as_ref().map(|m| m.as_str().to_string());
     // Built from the (sorted) field table, the stored JSON is already canonical.
     let headers_json = Value::Object(headers).to_string();
-    // Left to the store's rule where it surely finds one in the content; else the
-    // message ID.
-    let event_id = match EventInContent::read_by_every_store(&headers_json, body)
+    // dlq's one reading of the content (as the store's rule would find it), else the
+    // message ID: set here, not left to the rule, which PostgreSQL's and SQLite's read
+    // apart in odd JSON (an escape, a key twice, a body not all UTF-8).
+    let event_id = EventInContent::of(&headers_json, body)
         .ids()
         .next()
-    {
-        Some(_) => None,
-        None => message_id.map(derived_text),
-    };
+        .cloned()
+        .or(message_id)
+        .map(derived_text);
     let key = if REDELIVERY_HEADERS
         .iter()
         .any(|h| table.inner().contains_key(*h))
@@ -276,7 +276,11 @@ mod tests {
         assert!(over.redelivered);
 
         let with_event = to_letter(br#"{"event_id":"e-9"}"#, &props, false, None);
-        assert_eq!(with_event.row.event_id, None, "the store's rule finds e-9");
+        assert_eq!(
+            with_event.row.event_id.as_deref(),
+            Some("e-9"),
+            "the content's first"
+        );
 
         let bare = to_letter(b"x", &BasicProperties::default(), false, None);
         assert_eq!(bare.row.reason, "unknown");

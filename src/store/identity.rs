@@ -46,28 +46,6 @@ impl EventInContent {
         EventInContent { header, body }
     }
 
-    /// Only what every store's rule surely reads as these: PostgreSQL's reads a key only
-    /// as its literal text, a body only when all of it is UTF-8 without a NUL byte, and no
-    /// value holding a NUL. Where this finds none, a writer that can give the event ID otherwise (capture:
-    /// the message ID) must, or the row may have none.
-    pub(crate) fn read_by_every_store(headers_json: &str, body: &[u8]) -> Self {
-        let found = Self::of(headers_json, body);
-        let clean = |v: Option<String>| v.filter(|v| !v.contains('\0'));
-        let literal = |text: &[u8], key: &str| {
-            let key = format!("\"{key}\"");
-            text.windows(key.len()).any(|w| w == key.as_bytes())
-        };
-        let header = found
-            .header
-            .filter(|_| literal(headers_json.as_bytes(), "x-event-id"));
-        let body_ok =
-            !body.contains(&0) && std::str::from_utf8(body).is_ok() && literal(body, "event_id");
-        EventInContent {
-            header: clean(header),
-            body: clean(found.body.filter(|_| body_ok)),
-        }
-    }
-
     /// Each that is not `event`.
     pub fn other_than(self, event: Option<&str>) -> Self {
         let other = |v: Option<String>| v.filter(|v| Some(v.as_str()) != event);
@@ -209,21 +187,6 @@ mod tests {
         let none = of(r#"{"x-event-id":null}"#, r#"[{"event_id":"x"}]"#);
         assert_eq!(none, want(None, None));
         assert_eq!(of("not json", r#"{"event_id":"b"}"#), want(None, Some("b")));
-    }
-
-    #[test]
-    fn only_what_every_store_surely_reads() {
-        let read = |h: &str, b: &[u8]| EventInContent::read_by_every_store(h, b);
-        let none = EventInContent::default();
-        assert_eq!(read("{}", b"{\"event_id\":\"e\",\"n\":\"Jos\xe9\"}"), none);
-        assert_eq!(read("{}", br#"{"event\u005fid":"e"}"#), none);
-        assert_eq!(read(r#"{"x-event-id":"a\u0000b"}"#, b"{}"), none);
-        assert_eq!(
-            read(r#"{"x-event-id":"h"}"#, br#"{"event_id":"b"}"#)
-                .ids()
-                .count(),
-            2
-        );
     }
 
     #[test]
