@@ -451,18 +451,33 @@ fn canary_against_captured_late_with(
     headers: &str,
     body: impl Fn(usize) -> Vec<u8>,
 ) {
+    canary_against_captured_late_on(Backend::Postgres, form, event, headers, body);
+}
+
+/// [`canary_against_captured_late_with`] on `backend`.
+fn canary_against_captured_late_on(
+    backend: Backend,
+    form: &str,
+    event: Option<&str>,
+    headers: &str,
+    body: impl Fn(usize) -> Vec<u8>,
+) {
     let mut rabbit = Rabbit::new();
     let q = rabbit.queue("dlq_canary_wire");
-    let db = TestDb::migrated(Backend::Postgres);
+    let db = TestDb::migrated(backend);
     for i in 0..4 {
         let id = format!("wire{i:04}");
         let n = i.to_string();
         let headers = headers.replace("ID", &n);
         let event = event.map_or("NULL".to_string(), |e| format!("'{}'", e.replace("ID", &n)));
         let hex: String = body(i).iter().map(|b| format!("{b:02x}")).collect();
+        let blob = match backend {
+            Backend::Postgres => format!("decode('{hex}', 'hex')"),
+            Backend::Sqlite => format!("X'{hex}'"),
+        };
         db.sql(&[&format!(
             "INSERT INTO dead_letters (id, body, reason, attempts, headers_json, event_id, \
-             source_queue) VALUES ('{id}', decode('{hex}', 'hex'), \
+             source_queue) VALUES ('{id}', {blob}, \
              'retries_exhausted', 1, '{headers}', {event}, '{q}')"
         )]);
     }
@@ -548,6 +563,25 @@ fn a_come_back_of_a_body_not_utf8_stored_late_is_seen_before_the_canary_passes()
             b.extend_from_slice(name);
             b.extend_from_slice(b"\"}");
             b
+        });
+    }
+}
+
+/// A row whose event ID column is not the event its `x-event-id` header names, which
+/// holds a NUL (`\u0000`), on SQLite: the watch watches the header's ID as read, NUL and
+/// all, but capture stores the come-back under that ID with the NUL replaced (U+FFFD)
+/// (before, under its message ID: the row's event ID); stored late, it is never seen and
+/// the canary passes a consumer that fails everything. Without the NUL, the control, it
+/// is seen.
+#[test]
+fn a_come_back_whose_header_event_id_holds_a_nul_stored_late_is_seen_before_the_canary_passes() {
+    let forms = [
+        ("control", r#"{"tenant":"acme","x-event-id":"n-ID-x"}"#),
+        ("nul", r#"{"tenant":"acme","x-event-id":"n-ID\u0000x"}"#),
+    ];
+    for (form, headers) in forms {
+        canary_against_captured_late_on(Backend::Sqlite, form, Some("evt-ID"), headers, |i| {
+            format!("{{\"n\":{i}}}").into()
         });
     }
 }
