@@ -8,7 +8,6 @@ use crate::common::*;
 use serde_json::json;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::Stdio;
-use std::time::Duration;
 
 /// An RFC 3339 time this long before now.
 fn ago(secs: i64) -> String {
@@ -662,49 +661,4 @@ fn a_replay_that_lost_its_database_after_the_confirm_counts_as_uncertain() {
     let s = parse(&metrics(&db, &[]));
     let n = value(&s, "dlq_replay_outcomes_total", &[("outcome", "uncertain")]);
     assert_eq!(n, 1.0, "a confirmed publish left uncertain counts once");
-}
-
-/// One replay that went out and was confirmed counts once: a rerun made while its publish
-/// was in flight (the row `uncertain` for that moment) records the doubt, but the run that
-/// sent it wrote its own outcome, so the rerun's entry is no second replay outcome.
-#[test]
-fn a_rerun_during_a_confirmed_replay_adds_no_second_outcome() {
-    for backend in BACKENDS {
-        let mut rabbit = Rabbit::new();
-        let q = rabbit.queue("dlq_outcome_in_flight");
-        let db = TestDb::migrated(backend);
-        db.add(letter("d1", &q, br#"{"n":1}"#));
-        // basic.publish held at the proxy: the attempt is recorded, the message not out.
-        let held = Proxy::start(
-            "127.0.0.1:5672",
-            OnServerBytes::HoldClientMethod([0x00, 0x3C, 0x00, 0x28], Duration::from_secs(4)),
-        );
-        let url = format!("amqp://guest:guest@{}/%2f", held.addr());
-        let first = db.spawn_env(&["replay", "d1", "--yes"], &[("DLQ_AMQP_URL", &url)]);
-        let until = std::time::Instant::now() + Duration::from_secs(10);
-        while db.ids(&["--state", "uncertain"]) != vec!["d1"] {
-            assert!(
-                std::time::Instant::now() < until,
-                "{backend:?}: never attempted"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let rerun = db.dlq(&["replay", "d1", "--yes"]);
-        assert_eq!(rerun.code, 6, "{backend:?}: {}", rerun.all());
-        let out = first.wait_with_output().unwrap();
-        assert_eq!(out.status.code(), Some(0), "{backend:?}: {out:?}");
-        assert_eq!(rabbit.drain(&q).len(), 1, "{backend:?}: published once");
-        assert_eq!(db.ids(&["--state", "replayed"]), vec!["d1"]);
-        let s = parse(&metrics(&db, &[]));
-        let total: f64 = ["replayed", "uncertain", "publish_failed"]
-            .iter()
-            .map(|o| value(&s, "dlq_replay_outcomes_total", &[("outcome", o)]))
-            .sum();
-        let uncertain = value(&s, "dlq_replay_outcomes_total", &[("outcome", "uncertain")]);
-        assert_eq!(
-            (total, uncertain),
-            (1.0, 0.0),
-            "{backend:?}: one confirmed replay counted as {total} outcomes, {uncertain} uncertain"
-        );
-    }
 }
