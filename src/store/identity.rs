@@ -38,11 +38,21 @@ pub struct EventInContent {
 }
 
 impl EventInContent {
+    /// Each as a store's TEXT keeps it: a NUL (PostgreSQL's TEXT holds none) becomes
+    /// U+FFFD, as capture stores it.
     pub(crate) fn of(headers_json: &str, body: &[u8]) -> Self {
+        let kept = |v: String| match v.contains('\0') {
+            true => v.replace('\0', "\u{FFFD}"),
+            false => v,
+        };
         let header = fields(headers_json.as_bytes(), &["x-event-id", "", ""])
             .and_then(|[h, _, _]| h)
-            .and_then(scalar);
-        let body = body_fields(body).and_then(|[_, _, e]| e).and_then(scalar);
+            .and_then(scalar)
+            .map(kept);
+        let body = body_fields(body)
+            .and_then(|[_, _, e]| e)
+            .and_then(scalar)
+            .map(kept);
         EventInContent { header, body }
     }
 

@@ -568,11 +568,10 @@ fn a_come_back_of_a_body_not_utf8_stored_late_is_seen_before_the_canary_passes()
 }
 
 /// A row whose event ID column is not the event its `x-event-id` header names, which
-/// holds a NUL (`\u0000`), on SQLite: the watch watches the header's ID as read, NUL and
-/// all, but capture stores the come-back under that ID with the NUL replaced (U+FFFD)
-/// (before, under its message ID: the row's event ID); stored late, it is never seen and
-/// the canary passes a consumer that fails everything. Without the NUL, the control, it
-/// is seen.
+/// holds a NUL (`\u0000`), on SQLite: capture stores the come-back under that ID with the
+/// NUL replaced (U+FFFD), and the watch watches it so. Without the NUL, the control.
+// Once broke (review 39): the watch watched the ID NUL and all; stored late, the
+// come-back was never seen and the canary passed a consumer that failed everything.
 #[test]
 fn a_come_back_whose_header_event_id_holds_a_nul_stored_late_is_seen_before_the_canary_passes() {
     let forms = [
