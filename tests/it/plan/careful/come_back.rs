@@ -117,6 +117,17 @@ fn stopped_by_a_come_back(
     seen
 }
 
+/// As [`stopped_by_a_come_back`] with a canary of 1: exactly the canary was published.
+fn stopped_after_a_canary_of_one(
+    ctx: (&Rabbit, &str, &TestDb),
+    plan: &tempfile::NamedTempFile,
+    fails: Fails,
+) {
+    let canary = ["--canary", "1", "--canary-wait", "8s"];
+    let seen = stopped_by_a_come_back(ctx, plan, &canary, fails);
+    assert_eq!(seen.len(), 1, "exactly the canary was published: {seen:?}");
+}
+
 #[test]
 fn a_canary_whose_events_come_back_stops_the_run_after_exactly_its_items() {
     let mut rabbit = Rabbit::new();
@@ -325,10 +336,7 @@ fn a_come_back_stored_after_a_newer_row_is_seen_before_the_canary_passes() {
     let db = TestDb::migrated(Backend::Sqlite);
     seed(&db, &q, 4, "late");
     let plan = db.plan_file(&[]);
-    let canary = ["--canary", "1", "--canary-wait", "8s"];
-    let fails = Fails::SameEventStoredLate;
-    let seen = stopped_by_a_come_back((&rabbit, &q, &db), &plan, &canary, fails);
-    assert_eq!(seen.len(), 1, "exactly the canary was published: {seen:?}");
+    stopped_after_a_canary_of_one((&rabbit, &q, &db), &plan, Fails::SameEventStoredLate);
 }
 
 /// A revision made with `--new-event-id` comes back (stored late) under the event ID its
@@ -366,10 +374,7 @@ fn a_revision_with_a_new_event_id_that_comes_back_late_is_seen_before_the_canary
     ];
     let r = db.dlq(&edit);
     assert_eq!(r.code, 0, "{}", r.all());
-    let canary = ["--canary", "1", "--canary-wait", "8s"];
-    let fails = Fails::CapturedLate;
-    let seen = stopped_by_a_come_back((&rabbit, &q, &db), &revised, &canary, fails);
-    assert_eq!(seen.len(), 1, "exactly the canary was published: {seen:?}");
+    stopped_after_a_canary_of_one((&rabbit, &q, &db), &revised, Fails::CapturedLate);
 }
 
 /// A row whose `event_id` column differs from its body's `event_id` comes back (stored
@@ -388,9 +393,7 @@ fn a_come_back_under_its_bodys_event_id_stored_late_is_seen_before_the_canary_pa
     }
     assert_eq!(db.show("be0000")["event_id"], "evt-be0000");
     let plan = db.plan_file(&[]);
-    let canary = ["--canary", "1", "--canary-wait", "8s"];
-    let seen = stopped_by_a_come_back((&rabbit, &q, &db), &plan, &canary, Fails::CapturedLate);
-    assert_eq!(seen.len(), 1, "exactly the canary was published: {seen:?}");
+    stopped_after_a_canary_of_one((&rabbit, &q, &db), &plan, Fails::CapturedLate);
 }
 
 /// The same after the canary (here: none, a paced run): the whole window is swept every
