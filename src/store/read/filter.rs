@@ -51,8 +51,7 @@ pub(crate) fn where_sql<D: Dialect>(f: &Filter) -> Sql {
         }
     }
     if f.settled_before.is_some() {
-        sql.push(format!(" AND {}", D::WRITABLE_ID));
-        sql.push(keeps_revisions::<D>());
+        sql.push(prune_keeps::<D>());
     }
     if !f.states.is_empty() {
         let any: Vec<String> = f.states.iter().map(|st| state_of::<D>(*st)).collect();
@@ -100,6 +99,12 @@ pub(crate) fn where_sql<D: Dialect>(f: &Filter) -> Sql {
 /// The condition of one state in the dialect (see [`state_predicate_at`]).
 pub(crate) fn state_of<D: Dialect>(state: State) -> String {
     state_predicate_at(state, D::NOW, D::at(TimeCol::LeaseEnd))
+}
+
+/// What `prune` never selects: a row no write can name ([`Dialect::WRITABLE_ID`]: a
+/// worker's BLOB id on SQLite), and the rows of revision chains it keeps.
+fn prune_keeps<D: Dialect>() -> String {
+    format!(" AND {}{}", D::WRITABLE_ID, keeps_revisions::<D>())
 }
 
 /// `prune` keeps a revision while its original is here, so a chain is pruned from its

@@ -328,13 +328,8 @@ fn a_missing_queue_or_schema_is_one_clear_line() {
     assert!(r.stderr.contains("dlq migrate"), "{}", r.stderr);
 }
 
-/// A quorum queue takes no exclusive consumer (RabbitMQ ignores the flag there), so a
-/// second capture is refused by the consumer count the queue reports.
-// Once broke (review 37): a second capture of a quorum queue ran beside the first.
-#[test]
-fn one_capture_per_quorum_queue() {
-    let db = TestDb::migrated(Backend::Sqlite);
-    let dlx = Dlx::new(&[], &[("x-queue-type", s("quorum"))]);
+/// A `capture --follow` of `dlx`'s queue, once it consumes.
+fn first_capture_consuming(db: &TestDb, dlx: &Dlx) -> std::process::Child {
     let child = db
         .cmd()
         .args(["capture", "--queue", &dlx.dlq, "--follow"])
@@ -345,6 +340,17 @@ fn one_capture_per_quorum_queue() {
     wait_until("the first capture consuming", 30, || {
         consumers(&dlx.rabbit, &dlx.dlq) == 1
     });
+    child
+}
+
+/// A quorum queue takes no exclusive consumer (RabbitMQ ignores the flag there), so a
+/// second capture is refused by the consumer count the queue reports.
+// Once broke (review 37): a second capture of a quorum queue ran beside the first.
+#[test]
+fn one_capture_per_quorum_queue() {
+    let db = TestDb::migrated(Backend::Sqlite);
+    let dlx = Dlx::new(&[], &[("x-queue-type", s("quorum"))]);
+    let child = first_capture_consuming(&db, &dlx);
     let r = capture(&db, &["--queue", &dlx.dlq]);
     signal(&child, "INT");
     let first = Run::from(child.wait_with_output().unwrap());
@@ -357,16 +363,7 @@ fn one_capture_per_quorum_queue() {
 fn one_capture_per_queue_and_no_password_in_errors() {
     let db = TestDb::migrated(Backend::Sqlite);
     let dlx = Dlx::new(&[], &[]);
-    let child = db
-        .cmd()
-        .args(["capture", "--queue", &dlx.dlq, "--follow"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    wait_until("the first capture consuming", 30, || {
-        consumers(&dlx.rabbit, &dlx.dlq) == 1
-    });
+    let child = first_capture_consuming(&db, &dlx);
     let r = capture(&db, &["--queue", &dlx.dlq, "--follow"]);
     assert_eq!(r.code, 1, "{}", r.all());
     assert!(r.stderr.contains("already has a consumer"), "{}", r.stderr);
