@@ -995,7 +995,8 @@ def inserts(args, report):
     """The workers' inserts with and without the triggers that keep aggregate's counts, on
     one table (--rows rows already in it), alternating: 8 writers of single-row inserts
     (pgbench, one transaction each, as the seed's worker writes), and INSERT ... SELECT of
-    100,000 rows. Checkpoints before each measurement; medians of --insert-rounds."""
+    100,000 rows. The counts' tables vacuumed and a checkpoint before each measurement;
+    medians of --insert-rounds."""
     if not shutil.which("pgbench"):
         report.append("- inserts: skipped, pgbench is not installed (Debian: postgresql-contrib)")
         return
@@ -1013,6 +1014,9 @@ def inserts(args, report):
         for r in range(args.insert_rounds):
             for how in ("ENABLE", "DISABLE") if r % 2 == 0 else ("DISABLE", "ENABLE"):
                 kept_counts(db, how)
+                # What autovacuum does within a minute (it is off on the bench's server):
+                # the deltas an earlier round folded are dead, and a fold reads past them.
+                run(psql + ["VACUUM dead_letter_rollup_delta, dead_letter_rollup"])
                 run(psql + ["CHECKPOINT"])
                 out = run(["pgbench", "-h", "127.0.0.1", "-U", "postgres", "-n", "-c", "8", "-j", "2", "-T", "10",
                            "-f", script, db]).stdout.decode()

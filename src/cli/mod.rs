@@ -41,7 +41,6 @@ mod spell;
 use clap::FromArgMatches;
 use dlq::error::DlqError;
 use dlq::secret::SecretUrl;
-use std::time::Duration;
 
 /// A command's result: a library error ([`DlqError`], which decides the exit code) with
 /// what the command was doing as context.
@@ -210,7 +209,9 @@ pub fn main() -> u8 {
         Err(e) => return report(&anyhow::Error::new(e).context("cannot start the async runtime")),
     };
     let result = runtime.block_on(run(&ctx, cli.command));
-    runtime.shutdown_timeout(Duration::from_secs(1));
+    // The command has awaited all it needs; a thread still blocked (a prompt's read of
+    // the terminal after Ctrl-C, say) is not waited for.
+    runtime.shutdown_background();
     finish(&ctx.out, result)
 }
 
