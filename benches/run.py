@@ -1011,6 +1011,9 @@ def inserts(args, report):
             f.write(PGBENCH_INSERT)
         tps = {"ENABLE": [], "DISABLE": []}
         bulk = {"ENABLE": [], "DISABLE": []}
+        # PostgreSQL's CPU per insert: what the counts cost the server, beside the rate
+        # the writers saw (which also waits on commits and shares the cores with pgbench).
+        cpu = {"ENABLE": [], "DISABLE": []}
         for r in range(args.insert_rounds):
             for how in ("ENABLE", "DISABLE") if r % 2 == 0 else ("DISABLE", "ENABLE"):
                 kept_counts(db, how)
@@ -1018,9 +1021,13 @@ def inserts(args, report):
                 # the deltas an earlier round folded are dead, and a fold reads past them.
                 run(psql + ["VACUUM dead_letter_rollup_delta, dead_letter_rollup"])
                 run(psql + ["CHECKPOINT"])
+                pg0, _ = service_cpu()
                 out = run(["pgbench", "-h", "127.0.0.1", "-U", "postgres", "-n", "-c", "8", "-j", "2", "-T", "10",
                            "-f", script, db]).stdout.decode()
+                pg1, _ = service_cpu()
                 tps[how].append(float(re.search(r"tps = ([0-9.]+)", out).group(1)))
+                done = int(re.search(r"number of transactions actually processed: ([0-9]+)", out).group(1))
+                cpu[how].append((pg1 - pg0) / done * 1e6)
                 run(psql + ["CHECKPOINT"])
                 t = time.perf_counter()
                 run(psql + [pg_rows_chunk(1, 100_000).replace("'bench-' || g", f"'bulk-{r}-{how}-' || g")])
@@ -1035,6 +1042,8 @@ def inserts(args, report):
         report.append("|---|---|---|---|---|")
         report.append(f"| 8 writers, single-row INSERT, one transaction each (pgbench, 10 s) | {off:,.0f}/s | {on:,.0f}/s "
                       f"| {off / on:.2f}x | <= 1.1x |")
+        con, coff = statistics.median(cpu["ENABLE"]), statistics.median(cpu["DISABLE"])
+        report.append(f"| the same writers, PostgreSQL's CPU per insert | {coff:.0f} µs | {con:.0f} µs | {con / coff:.2f}x | |")
         report.append(f"| INSERT ... SELECT of 100,000 rows | {boff:.2f} s | {bon:.2f} s | {bon / boff:.2f}x | <= 1.1x |")
         report.append(f"| (per round, writers tps off/on) | {' '.join(f'{x:,.0f}' for x in tps['DISABLE'])} "
                       f"| {' '.join(f'{x:,.0f}' for x in tps['ENABLE'])} | | |")
