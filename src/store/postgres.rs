@@ -122,11 +122,12 @@ impl Backend for PgStore {
     }
 }
 
-/// Folds the deltas into the counts (`dlq_rollup_fold`, which runs with the rights of
-/// the role that migrated; it returns at once when another fold is under way, and the
-/// read sums what is left), and says whether this role may read them. The counts only
-/// make the answer faster: when the fold fails (a standby, a role that may not run it, a
-/// timeout), the read sums the deltas unfolded, and a schema older than the counts, counts
+/// Folds the deltas and the rows not yet counted into the counts (`dlq_rollup_fold`,
+/// which runs with the rights of the role that migrated; it returns at once when another
+/// fold is under way, and the read sums what is left), and says whether this role may
+/// read them. The counts only make the answer faster: when the fold fails (a standby, a
+/// role that may not run it, a timeout), the read sums the deltas and the rows not yet
+/// counted, and a schema older than the counts, counts
 /// turned off (`dlq_rollup_disable()`) or a role that may not read them has the rows read
 /// instead.
 #[async_trait]
@@ -135,7 +136,8 @@ impl Rollup for PgStore {
         // Kept (turned on by `dlq_rollup_enable()`, and its four triggers firing for
         // every writer) and readable.
         const READABLE: &str = "has_table_privilege('dead_letter_rollup', 'SELECT') \
-             AND has_table_privilege('dead_letter_rollup_delta', 'SELECT') \
+             AND has_table_privilege('dead_letter_rollup_unfolded', 'SELECT') \
+             AND has_table_privilege('dead_letter_rollup_swept', 'SELECT') \
              AND dlq_rollup_is_kept()";
         // JIT off for the read that follows on this one-shot connection: its plan looks
         // costly (a lookup per bucket), and compiling it took longer than running it.

@@ -227,11 +227,12 @@ fn per_bucket(b: &str, more: &[&str], inner: &str, cond: &str, what: &str) -> St
     )
 }
 
-/// The counts' rows (folded and not) of the scope's keys and whole hours.
+/// The counts' rows of the scope's keys and whole hours: folded, and what is not folded
+/// yet (the deltas, and the rows no sweep has counted, shaped as deltas).
 fn counts<D: Dialect>(scope: &Scope) -> Sql {
     let columns = format!("{KEYS}, hour, state, n, first_seen, last_seen, stale");
     let mut sql = Sql::new("");
-    for (i, table) in ["dead_letter_rollup", "dead_letter_rollup_delta"]
+    for (i, table) in ["dead_letter_rollup", "dead_letter_rollup_unfolded"]
         .iter()
         .enumerate()
     {

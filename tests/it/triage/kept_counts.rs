@@ -7,7 +7,7 @@ use super::*;
 
 /// A scan of every row: the counts cannot answer a state filter (every row is in one of
 /// these).
-const SCAN: [&str; 2] = ["--state", "pending,claimed,uncertain,replayed,discarded"];
+pub(super) const SCAN: [&str; 2] = ["--state", "pending,claimed,uncertain,replayed,discarded"];
 
 const GROUPINGS: [&str; 5] = [
     "reason,producer,schema_version",
@@ -18,7 +18,7 @@ const GROUPINGS: [&str; 5] = [
 ];
 
 /// Every grouping, with and without a key filter, answers as the scan.
-fn answers_as_a_scan(db: &TestDb, step: &str) {
+pub(super) fn answers_as_a_scan(db: &TestDb, step: &str) {
     for by in GROUPINGS {
         for filter in [
             &[][..],
@@ -41,7 +41,8 @@ fn answers_as_a_scan(db: &TestDb, step: &str) {
 }
 
 /// 40 rows in one statement across hours, producers and missing keys.
-const BULK: &str = "INSERT INTO dead_letters (id, body, reason, attempts, headers_json, producer, \
+pub(super) const BULK: &str =
+    "INSERT INTO dead_letters (id, body, reason, attempts, headers_json, producer, \
      schema_version, source_queue, error, dead_lettered_at) \
      SELECT 'bulk-' || g, convert_to('{}', 'UTF8'), \
             (ARRAY['poison_message','permanent_failure'])[1 + g % 2], 1, '{}', \
@@ -301,7 +302,7 @@ fn an_operator_role_that_may_update_the_rows_writes_the_counts_through_the_trigg
 
 /// Runs `statements` on one connection of `url` (a worker's session), returning the
 /// first error.
-fn session(url: &str, statements: &[&str]) -> Result<(), String> {
+pub(super) fn session(url: &str, statements: &[&str]) -> Result<(), String> {
     let url = url.to_string();
     let statements: Vec<String> = statements.iter().map(|s| s.to_string()).collect();
     rt().block_on(async move {
@@ -317,9 +318,9 @@ fn session(url: &str, statements: &[&str]) -> Result<(), String> {
     })
 }
 
-/// `setseed` makes the next `random()` 0.0001: the insert trigger's one-in-a-thousand
-/// fold runs inside the worker's statement.
-const FOLD_IN_THE_INSERT: &str = "SELECT setseed(0.002085)";
+/// `setseed` makes the next `random()` 0.0001: the insert trigger's one-in-2,000 fold
+/// runs inside the worker's statement.
+pub(super) const FOLD_IN_THE_INSERT: &str = "SELECT setseed(0.002085)";
 
 #[test]
 fn a_key_too_long_for_an_index_is_counted_and_never_fails_an_insert() {
@@ -432,7 +433,10 @@ fn counts_turned_off_are_not_read_and_turned_on_are_counted_anew() {
     let db = TestDb::migrated(Backend::Postgres);
     db.import_examples();
     let deltas = "SELECT count(*) FROM dead_letter_rollup_delta";
+    let index = "SELECT count(*) FROM pg_indexes WHERE indexname = 'dead_letters_written_xid_idx'";
     db.sql(&["SELECT dlq_rollup_disable()"]);
+    // Off, writers pay nothing for the counts: not even the index of each row's writer.
+    assert_eq!(db.scalar(index), 0);
     let before = db.scalar(deltas);
     db.sql(&[BULK, "DELETE FROM dead_letters WHERE id = 'bulk-1'"]);
     assert_eq!(db.scalar(deltas), before, "nothing is kept while off");
@@ -442,6 +446,7 @@ fn counts_turned_off_are_not_read_and_turned_on_are_counted_anew() {
         "DELETE FROM dead_letters WHERE id = 'bulk-2'",
     ]);
     answers_as_a_scan(&db, "with the counts on again");
+    assert_eq!(db.scalar(index), 1);
     db.sql(&["UPDATE dead_letter_rollup SET n = n + 1000 WHERE state = 'open'"]);
     let counted = db.dlq(&["aggregate", "--by", "reason"]).json();
     let scanned = db

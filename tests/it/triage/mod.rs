@@ -11,6 +11,7 @@ mod list;
 mod list_many;
 mod prune;
 mod show;
+mod uncounted_rows;
 
 use crate::common::*;
 use serde_json::{json, Value};

@@ -1,0 +1,158 @@
+//! Rows the kept counts do not hold yet (issue 24: a single-row insert writes no delta of
+//! its own). Readers read them where they are, and a sweep counts each once, whenever its
+//! transaction commits and whatever changed it first.
+
+use super::kept_counts::{answers_as_a_scan, session, BULK, FOLD_IN_THE_INSERT};
+use super::*;
+
+fn insert(id: &str) -> String {
+    format!(
+        "INSERT INTO dead_letters (id, body, reason, attempts, headers_json, producer) \
+         VALUES ('{id}', 'b', 'poison_message', 1, '{{}}', 'billing')"
+    )
+}
+
+/// The rows no sweep has counted yet.
+const UNCOUNTED: &str = "SELECT count(*) FROM dlq_rollup_unswept()";
+
+#[test]
+fn a_row_committed_after_a_fold_began_is_counted_once() {
+    // A fold that took every transaction ID below its own for counted would miss a
+    // worker's row still uncommitted while it ran.
+    let db = TestDb::migrated(Backend::Postgres);
+    db.sql(&[BULK]);
+    let url = db.url.clone();
+    let worker = std::thread::spawn(move || {
+        session(
+            &url,
+            &[
+                "BEGIN",
+                &insert("open-1"),
+                "SELECT pg_sleep(1)",
+                "UPDATE dead_letters SET discarded_at = now() WHERE id = 'open-1'",
+                "COMMIT",
+            ],
+        )
+    });
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    // A later writer commits first: transaction IDs below the fold's are not all done.
+    db.sql(&[&insert("later-1"), "SELECT dlq_rollup_fold()"]);
+    worker.join().unwrap().expect("the worker's transaction");
+    db.with_fold_held(|| answers_as_a_scan(&db, "read unfolded after the worker committed"));
+    answers_as_a_scan(&db, "after the next fold");
+    db.sql(&["SELECT dlq_rollup_fold()", "SELECT dlq_rollup_fold()"]);
+    answers_as_a_scan(&db, "after more folds");
+    assert_eq!(db.scalar(UNCOUNTED), 0);
+}
+
+#[test]
+fn a_row_changed_before_it_is_counted_is_counted_as_it_is_now() {
+    // Its change's delta and the row read where it is would count the change twice.
+    let db = TestDb::migrated(Backend::Postgres);
+    db.with_fold_held(|| {
+        db.sql(&[
+            BULK,
+            "UPDATE dead_letters SET discarded_at = now() WHERE id = 'bulk-5'",
+            "UPDATE dead_letters SET producer = 'moved' WHERE id = 'bulk-7'",
+            "DELETE FROM dead_letters WHERE id = 'bulk-6'",
+        ]);
+        assert!(
+            db.scalar("SELECT count(*) FROM dead_letter_rollup_delta WHERE row_xid IS NOT NULL")
+                > 0
+        );
+        answers_as_a_scan(&db, "unfolded, rows changed before they were counted");
+    });
+    answers_as_a_scan(&db, "folded");
+    assert_eq!(
+        db.scalar("SELECT count(*) FROM dead_letter_rollup_delta"),
+        0
+    );
+    // Changed again once counted: a plain delta now.
+    db.sql(&["UPDATE dead_letters SET discarded_at = NULL WHERE id = 'bulk-5'"]);
+    answers_as_a_scan(&db, "changed after it was counted");
+}
+
+#[test]
+fn a_writers_fold_counts_a_bounded_number_of_rows_and_leaves_a_bulk_statement_to_aggregate() {
+    // A writer's fold must end within its statement timeout whatever the backlog.
+    let db = TestDb::migrated(Backend::Postgres);
+    db.insert_one_by_one(3);
+    db.sql(&[
+        "INSERT INTO dead_letters (id, body, reason, attempts, headers_json) \
+         SELECT 'many-' || g, 'b', 'permanent_failure', 1, '{}' FROM generate_series(1, 20000) g",
+    ]);
+    session(
+        &db.url,
+        &[
+            "SET statement_timeout = '2s'",
+            FOLD_IN_THE_INSERT,
+            &insert("w-1"),
+        ],
+    )
+    .expect("the worker's insert");
+    let left = db.scalar(UNCOUNTED);
+    assert!(
+        (20_000..=20_001).contains(&left),
+        "the three single rows counted, the bulk statement's left: {left}"
+    );
+    db.with_fold_held(|| answers_as_a_scan(&db, "unfolded, a bulk statement not counted"));
+    answers_as_a_scan(&db, "after aggregate folded");
+    assert_eq!(db.scalar(UNCOUNTED), 0);
+}
+
+#[test]
+fn a_rows_writer_is_given_by_the_database_and_never_changed() {
+    // A copy naming counted rows' writer would be taken for counted; a changed writer
+    // would have a counted row read again.
+    let db = TestDb::migrated(Backend::Postgres);
+    db.sql(&[BULK, "SELECT dlq_rollup_fold()"]);
+    db.sql(&[
+        "INSERT INTO dead_letters (id, body, reason, attempts, headers_json, written_xid) \
+         SELECT 'copy-' || id, body, reason, attempts, headers_json, written_xid \
+         FROM dead_letters WHERE id LIKE 'bulk-%'",
+    ]);
+    answers_as_a_scan(&db, "after a copy that named its rows' writer");
+    let changed = session(
+        &db.url,
+        &["UPDATE dead_letters SET written_xid = '1' WHERE id = 'bulk-1'"],
+    );
+    assert!(
+        changed
+            .as_ref()
+            .is_err_and(|e| e.contains("written_xid is kept by dlq")),
+        "{changed:?}"
+    );
+}
+
+#[test]
+fn counts_restored_ahead_of_this_server_are_not_read_until_counted_anew() {
+    // A restore into a server whose transaction IDs are behind the counted snapshot: new
+    // rows would be taken for counted ones, and never counted.
+    let db = TestDb::migrated(Backend::Postgres);
+    db.sql(&[
+        BULK,
+        "SELECT dlq_rollup_fold()",
+        "UPDATE dead_letter_rollup_swept SET snap = '4000000000:4000000000:'",
+    ]);
+    db.insert_one_by_one(3);
+    answers_as_a_scan(&db, "with a counted snapshot ahead of the server");
+    assert_eq!(
+        db.scalar("SELECT count(*) FROM dead_letter_rollup_kept WHERE kept"),
+        0,
+        "a fold turned the counts off"
+    );
+    db.sql(&["SELECT dlq_rollup_enable()"]);
+    answers_as_a_scan(&db, "counted anew");
+    db.sql(&["UPDATE dead_letter_rollup SET n = n + 1000 WHERE state = 'open'"]);
+    let counted = db.dlq(&["aggregate", "--by", "reason"]).json();
+    let scanned = db
+        .dlq(&[
+            "aggregate",
+            "--by",
+            "reason",
+            "--state",
+            "pending,claimed,uncertain,replayed,discarded",
+        ])
+        .json();
+    assert_ne!(counted, scanned, "read again once counted anew");
+}
