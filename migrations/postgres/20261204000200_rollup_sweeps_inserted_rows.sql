@@ -44,19 +44,34 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT x IS NULL OR pg_visible_in_snapshot(x, swept)
 $$;
 
+-- `s` with the caller's own transaction (`own`, if it has an ID) as still running: a
+-- snapshot never lists its own transaction, so a fold inside a writer's transaction
+-- would take the rows it writes after the fold for counted.
+CREATE OR REPLACE FUNCTION dlq_rollup_running(s pg_snapshot, own xid8) RETURNS pg_snapshot
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT CASE WHEN own IS NULL OR NOT pg_visible_in_snapshot(own, s) THEN s ELSE
+        (least(pg_snapshot_xmin(s), own)::text || ':' || pg_snapshot_xmax(s)::text || ':'
+         || (SELECT string_agg(x::text, ',' ORDER BY x)
+             FROM (SELECT pg_snapshot_xip(s) UNION SELECT own) AS u (x)))::pg_snapshot END
+$$;
+
 -- The snapshot that sees what `prev` saw and what `now` sees below `upto` (NULL: all that
 -- `now` sees): a sweep of a bounded number of rows moves the counted snapshot only as far.
-CREATE OR REPLACE FUNCTION dlq_rollup_reach(prev pg_snapshot, now pg_snapshot, upto xid8)
+-- Exact for `upto` up to `now`'s xmax (an ID above it may belong to a transaction no
+-- snapshot lists yet), so it is held there.
+CREATE OR REPLACE FUNCTION dlq_rollup_reach(prev pg_snapshot, now pg_snapshot, upto_asked xid8)
 RETURNS pg_snapshot LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-    WITH r AS (
-        SELECT greatest(pg_snapshot_xmax(prev), upto) AS xmax
+    WITH b AS (
+        SELECT least(upto_asked, pg_snapshot_xmax(now)) AS upto
+    ), r AS (
+        SELECT greatest(pg_snapshot_xmax(prev), b.upto) AS xmax, b.upto FROM b
     ), unseen AS (
         SELECT x FROM (SELECT pg_snapshot_xip(prev) UNION SELECT pg_snapshot_xip(now)) AS c (x),
                       r
         WHERE x < r.xmax AND NOT (pg_visible_in_snapshot(x, prev)
-                                  OR (pg_visible_in_snapshot(x, now) AND x < upto))
+                                  OR (pg_visible_in_snapshot(x, now) AND x < r.upto))
     )
-    SELECT CASE WHEN upto IS NULL THEN now ELSE (
+    SELECT CASE WHEN upto_asked IS NULL THEN now ELSE (
         SELECT (least((SELECT min(x) FROM unseen), r.xmax)::text || ':' || r.xmax::text || ':'
                 || coalesce((SELECT string_agg(x::text, ',' ORDER BY x) FROM unseen), ''))
                ::pg_snapshot
@@ -65,21 +80,32 @@ $$;
 
 -- Counts the rows not yet counted (at most about `at_most`: the rows of whole
 -- transactions, in the order they were given IDs), as deltas for the compaction that
--- follows, and moves the counted snapshot on. The caller holds the fold's lock.
+-- follows, and moves the counted snapshot on. The caller holds the fold's lock. Through
+-- the index whatever the planner's statistics (dlq_rollup_unswept).
 CREATE OR REPLACE FUNCTION dlq_rollup_sweep(at_most BIGINT) RETURNS void
-LANGUAGE plpgsql SECURITY DEFINER SET jit = off SET plan_cache_mode = force_custom_plan AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET jit = off SET plan_cache_mode = force_custom_plan
+SET enable_seqscan = off AS $$
 DECLARE
     prev pg_snapshot := (SELECT snap FROM dead_letter_rollup_swept);
+    -- The rows not counted are those of the writers `prev` saw running, and of later
+    -- ones: two index ranges, whatever transaction holds the oldest ID open.
+    running xid8[] := ARRAY(SELECT pg_snapshot_xip(prev));
     first xid8;
     upto xid8;
 BEGIN
     IF at_most IS NOT NULL THEN
         SELECT min(x), max(x) FILTER (WHERE o = at_most + 1) INTO first, upto FROM (
-            SELECT written_xid AS x, row_number() OVER (ORDER BY written_xid) AS o
-            FROM (SELECT written_xid FROM dead_letters
-                  WHERE written_xid >= pg_snapshot_xmin(prev)
-                    AND NOT dlq_rollup_counted(written_xid, prev)
-                  ORDER BY written_xid LIMIT at_most + 1) AS c
+            SELECT x, row_number() OVER (ORDER BY x) AS o FROM (
+                SELECT x FROM (
+                    (SELECT written_xid AS x FROM dead_letters
+                     WHERE written_xid = ANY (running)
+                     ORDER BY written_xid LIMIT at_most + 1)
+                    UNION ALL
+                    (SELECT written_xid FROM dead_letters
+                     WHERE written_xid >= pg_snapshot_xmax(prev)
+                     ORDER BY written_xid LIMIT at_most + 1)
+                ) AS u ORDER BY x LIMIT at_most + 1
+            ) AS c
         ) AS n;
         IF first IS NULL OR first = upto THEN
             -- Nothing to count, or one transaction wrote more: left to `dlq aggregate`.
@@ -87,7 +113,9 @@ BEGIN
         END IF;
     END IF;
     WITH s AS (
-        SELECT dlq_rollup_reach(prev, pg_current_snapshot(), upto) AS snap
+        SELECT dlq_rollup_reach(prev, dlq_rollup_running(pg_current_snapshot(),
+                                                         pg_current_xact_id_if_assigned()),
+                                upto) AS snap
     ), counted AS (
         INSERT INTO dead_letter_rollup_delta (reason, eff_producer, eff_schema_version,
             source_queue, eff_error_class, hour, state, n, first_seen, last_seen)
@@ -97,8 +125,7 @@ BEGIN
                                 replay_claim_owner, replay_claim_expires_at),
                count(*), min(dead_lettered_at), max(dead_lettered_at)
         FROM dead_letters d, s
-        WHERE d.written_xid >= pg_snapshot_xmin(prev)
-          AND NOT dlq_rollup_counted(d.written_xid, prev)
+        WHERE (d.written_xid = ANY (running) OR d.written_xid >= pg_snapshot_xmax(prev))
           AND dlq_rollup_counted(d.written_xid, s.snap)
         GROUP BY 1, 2, 3, 4, 5, 6, 7
     ), held AS (
@@ -126,6 +153,10 @@ BEGIN
     -- it would take new rows for counted ones. Turned off until counted anew.
     IF pg_snapshot_xmax(swept) > pg_snapshot_xmax(pg_current_snapshot()) THEN
         UPDATE dead_letter_rollup_kept SET kept = false;
+        RETURN true;
+    END IF;
+    IF NOT dlq_rollup_is_kept() THEN
+        -- Not read, and counted anew when turned on: nothing to keep up.
         RETURN true;
     END IF;
     PERFORM dlq_rollup_sweep(at_most);
@@ -156,17 +187,20 @@ BEGIN
 END;
 $$;
 
--- The rows not yet counted, shaped as deltas, read by their writer's ID (the index above)
--- in the caller's snapshot (STABLE). A custom plan each time: planned for a parameter,
--- the range of IDs looked like a third of the table, and a scan of every row won.
+-- The rows not yet counted, shaped as deltas, read by their writer's ID (the index above;
+-- the writers the snapshot saw running, and later ones) in the caller's snapshot (STABLE).
+-- Always through the index: planned for a parameter, or on a table not analyzed since a
+-- load, the range of IDs looked like a third of the table, and a scan of every row won.
 CREATE OR REPLACE FUNCTION dlq_rollup_unswept() RETURNS TABLE (reason TEXT,
     eff_producer TEXT, eff_schema_version TEXT, source_queue TEXT, eff_error_class TEXT,
     hour TIMESTAMPTZ, state TEXT, n BIGINT, first_seen TIMESTAMPTZ, last_seen TIMESTAMPTZ,
     stale BOOLEAN)
-LANGUAGE plpgsql STABLE ROWS 1000 SET plan_cache_mode = force_custom_plan AS $$
+LANGUAGE plpgsql STABLE ROWS 1000 SET plan_cache_mode = force_custom_plan
+SET enable_seqscan = off AS $$
 #variable_conflict use_column
 DECLARE
     swept pg_snapshot := (SELECT s.snap FROM dead_letter_rollup_swept s);
+    running xid8[] := ARRAY(SELECT pg_snapshot_xip(swept));
 BEGIN
     RETURN QUERY
     SELECT d.reason, d.eff_producer, d.eff_schema_version, d.source_queue, d.eff_error_class,
@@ -175,8 +209,7 @@ BEGIN
                             d.replay_claim_owner, d.replay_claim_expires_at),
            CAST(1 AS BIGINT), d.dead_lettered_at, d.dead_lettered_at, false
     FROM dead_letters d
-    WHERE d.written_xid >= pg_snapshot_xmin(swept)
-      AND NOT dlq_rollup_counted(d.written_xid, swept);
+    WHERE d.written_xid = ANY (running) OR d.written_xid >= pg_snapshot_xmax(swept);
 END;
 $$;
 
@@ -313,9 +346,11 @@ BEGIN
         RAISE EXCEPTION 'dlq_rollup_enable() counts the rows: run it under READ COMMITTED';
     END IF;
     LOCK TABLE dead_letters IN SHARE ROW EXCLUSIVE MODE;
+    -- A fold under way (`dlq aggregate`'s) would write counts this one replaces.
+    PERFORM pg_advisory_xact_lock(hashtextextended('dlq_rollup_fold', 0));
     CREATE INDEX IF NOT EXISTS dead_letters_written_xid_idx ON dead_letters (written_xid)
         WHERE written_xid IS NOT NULL;
-    swept := pg_current_snapshot();
+    swept := dlq_rollup_running(pg_current_snapshot(), pg_current_xact_id_if_assigned());
     DELETE FROM dead_letter_rollup_delta;
     DELETE FROM dead_letter_rollup;
     INSERT INTO dead_letter_rollup_swept (snap) VALUES (swept)

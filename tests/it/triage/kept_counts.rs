@@ -440,6 +440,11 @@ fn counts_turned_off_are_not_read_and_turned_on_are_counted_anew() {
     let before = db.scalar(deltas);
     db.sql(&[BULK, "DELETE FROM dead_letters WHERE id = 'bulk-1'"]);
     assert_eq!(db.scalar(deltas), before, "nothing is kept while off");
+    // Nor swept: a fold of counts nobody reads read every row (no index of writers).
+    let swept = "SELECT pg_snapshot_xmax(snap)::text::bigint FROM dead_letter_rollup_swept";
+    let at = db.scalar(swept);
+    db.sql(&["SELECT dlq_rollup_fold()"]);
+    assert_eq!(db.scalar(swept), at);
     answers_as_a_scan(&db, "with the counts off");
     db.sql(&[
         "SELECT dlq_rollup_enable()",

@@ -156,3 +156,141 @@ fn counts_restored_ahead_of_this_server_are_not_read_until_counted_anew() {
         .json();
     assert_ne!(counted, scanned, "read again once counted anew");
 }
+
+#[test]
+fn rows_a_writer_inserts_after_its_own_fold_are_counted() {
+    // A snapshot never lists its own transaction: a fold inside a worker's transaction
+    // (the insert trigger's one in 2,000, or `dlq import`'s many rows) took the worker as
+    // counted, and the rows it inserted after the fold were never counted.
+    let db = TestDb::migrated(Backend::Postgres);
+    let url = db.url.clone();
+    let worker = std::thread::spawn(move || {
+        session(
+            &url,
+            &[
+                "BEGIN",
+                &insert("w-1"),
+                "SELECT pg_sleep(1)",
+                FOLD_IN_THE_INSERT,
+                &insert("w-2"),
+                &insert("w-3"),
+                "UPDATE dead_letters SET replay_attempt_at = now() WHERE id = 'w-3'",
+                "COMMIT",
+            ],
+        )
+    });
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    // A later transaction commits first, so the worker's ID is below the fold's xmax.
+    db.sql(&[&insert("later-1")]);
+    worker.join().unwrap().expect("the worker's transaction");
+    db.with_fold_held(|| answers_as_a_scan(&db, "unfolded, after the worker committed"));
+    db.sql(&["SELECT dlq_rollup_fold()", "SELECT dlq_rollup_fold()"]);
+    answers_as_a_scan(&db, "after the worker committed and two folds");
+}
+
+#[test]
+fn a_bounded_fold_never_takes_a_running_writer_for_counted() {
+    // The bound of a writer's fold could be its own ID, above its snapshot's xmax: a
+    // writer running in between was listed nowhere, taken for counted, never counted.
+    let db = TestDb::migrated(Backend::Postgres);
+    db.sql(&["SELECT dlq_rollup_fold()", &insert("c-1")]);
+    let url = db.url.clone();
+    let running = std::thread::spawn(move || {
+        session(
+            &url,
+            &["BEGIN", &insert("x-1"), "SELECT pg_sleep(1.5)", "COMMIT"],
+        )
+    });
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    session(
+        &db.url,
+        &[
+            "BEGIN",
+            "INSERT INTO dead_letters (id, body, reason, attempts, headers_json) \
+             SELECT 'b-' || g, 'b', 'permanent_failure', 1, '{}' FROM generate_series(1, 4001) g",
+            "SELECT dlq_rollup_compact(4000)",
+            "COMMIT",
+        ],
+    )
+    .expect("the bulk writer");
+    running.join().unwrap().expect("the running writer");
+    db.sql(&["SELECT dlq_rollup_fold()"]);
+    answers_as_a_scan(&db, "after both writers committed");
+}
+
+#[test]
+fn turning_the_counts_on_waits_for_a_fold_under_way() {
+    // It once failed on the fold's uncommitted counts (duplicate key).
+    let db = TestDb::migrated(Backend::Postgres);
+    db.sql(&[BULK]);
+    let url = db.url.clone();
+    let fold = std::thread::spawn(move || {
+        session(
+            &url,
+            &[
+                "BEGIN",
+                "SELECT dlq_rollup_fold()",
+                "SELECT pg_sleep(1)",
+                "COMMIT",
+            ],
+        )
+    });
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    db.sql(&["SELECT dlq_rollup_enable()"]);
+    fold.join().unwrap().expect("the fold");
+    answers_as_a_scan(&db, "after enable waited for the fold");
+}
+
+/// Pages `query` touches, run twice in one session (the first warms the caches).
+fn pages_touched(db: &TestDb, query: &str) -> i64 {
+    db.sql(&[
+        "CREATE OR REPLACE FUNCTION pages_touched(q TEXT) RETURNS BIGINT LANGUAGE plpgsql AS $$ \
+         DECLARE j JSON; BEGIN \
+           EXECUTE 'EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ' || q INTO j; \
+           EXECUTE 'EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) ' || q INTO j; \
+           RETURN (j->0->'Plan'->>'Shared Hit Blocks')::bigint \
+                + (j->0->'Plan'->>'Shared Read Blocks')::bigint; END $$",
+    ]);
+    db.scalar(&format!(
+        "SELECT pages_touched('{}')",
+        query.replace('\'', "''")
+    ))
+}
+
+#[test]
+fn a_transaction_held_open_elsewhere_never_makes_folds_or_reads_visit_counted_rows() {
+    // The rows not counted were found from the oldest running transaction's ID: one
+    // held open anywhere made every fold and read visit every row written since, and a
+    // writer's fold failed its statement timeout.
+    let db = TestDb::migrated(Backend::Postgres);
+    let mut held = std::process::Command::new("psql")
+        .args(["-X", "-q", &db.url])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("psql");
+    let mut stdin = held.stdin.take().unwrap();
+    use std::io::{BufRead, Write};
+    stdin
+        .write_all(b"BEGIN; SELECT pg_current_xact_id();\n\\echo held\n")
+        .unwrap();
+    let out = std::io::BufReader::new(held.stdout.take().unwrap());
+    for line in out.lines() {
+        if line.unwrap().trim() == "held" {
+            break;
+        }
+    }
+    db.sql(&[
+        "INSERT INTO dead_letters (id, body, reason, attempts, headers_json) \
+         SELECT 'many-' || g, 'b', 'permanent_failure', 1, '{}' FROM generate_series(1, 20000) g",
+        "SELECT dlq_rollup_fold()",
+        &insert("one-1"),
+    ]);
+    let read = pages_touched(&db, "SELECT count(*) FROM dlq_rollup_unswept()");
+    let fold = pages_touched(&db, "SELECT dlq_rollup_compact(4000)");
+    drop(stdin);
+    held.wait().unwrap();
+    assert!(read < 200, "a read touched {read} pages");
+    assert!(fold < 400, "a writer's fold touched {fold} pages");
+    answers_as_a_scan(&db, "after the transaction held open ended");
+}
