@@ -88,7 +88,8 @@ SET enable_seqscan = off AS $$
 DECLARE
     prev pg_snapshot := (SELECT snap FROM dead_letter_rollup_swept);
     -- The rows not counted are those of the writers `prev` saw running, and of later
-    -- ones: two index ranges, whatever transaction holds the oldest ID open.
+    -- ones: two index ranges (not one OR: planned as a walk of the whole index),
+    -- whatever transaction holds the oldest ID open.
     running xid8[] := ARRAY(SELECT pg_snapshot_xip(prev));
     first xid8;
     upto xid8;
@@ -124,9 +125,10 @@ BEGIN
                dlq_rollup_state(replayed_at, discarded_at, replay_attempt_at,
                                 replay_claim_owner, replay_claim_expires_at),
                count(*), min(dead_lettered_at), max(dead_lettered_at)
-        FROM dead_letters d, s
-        WHERE (d.written_xid = ANY (running) OR d.written_xid >= pg_snapshot_xmax(prev))
-          AND dlq_rollup_counted(d.written_xid, s.snap)
+        FROM (SELECT * FROM dead_letters WHERE written_xid = ANY (running)
+              UNION ALL
+              SELECT * FROM dead_letters WHERE written_xid >= pg_snapshot_xmax(prev)) AS d, s
+        WHERE dlq_rollup_counted(d.written_xid, s.snap)
         GROUP BY 1, 2, 3, 4, 5, 6, 7
     ), held AS (
         DELETE FROM dead_letter_rollup_delta t USING s
@@ -208,8 +210,9 @@ BEGIN
            dlq_rollup_state(d.replayed_at, d.discarded_at, d.replay_attempt_at,
                             d.replay_claim_owner, d.replay_claim_expires_at),
            CAST(1 AS BIGINT), d.dead_lettered_at, d.dead_lettered_at, false
-    FROM dead_letters d
-    WHERE d.written_xid = ANY (running) OR d.written_xid >= pg_snapshot_xmax(swept);
+    FROM (SELECT * FROM dead_letters WHERE written_xid = ANY (running)
+          UNION ALL
+          SELECT * FROM dead_letters WHERE written_xid >= pg_snapshot_xmax(swept)) AS d;
 END;
 $$;
 
