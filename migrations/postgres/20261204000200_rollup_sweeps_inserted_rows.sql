@@ -277,10 +277,10 @@ CREATE TRIGGER dead_letters_rollup_insert AFTER INSERT ON dead_letters
 -- hold it yet. The stale marks stay untagged: a needless one only reads times again.
 CREATE OR REPLACE FUNCTION dlq_rollup_update() RETURNS trigger LANGUAGE plpgsql
 SECURITY DEFINER SET jit = off AS $$
-DECLARE
-    swept pg_snapshot := (SELECT snap FROM dead_letter_rollup_swept);
 BEGIN
-    WITH d AS MATERIALIZED (
+    -- The counted snapshot read in the same statement: one statement to plan in a new
+    -- session (a single replay's three UPDATEs each pay it).
+    WITH sw AS (SELECT snap AS swept FROM dead_letter_rollup_swept), d AS MATERIALIZED (
         SELECT reason, eff_producer, eff_schema_version, source_queue, eff_error_class,
                dlq_rollup_hour(dead_lettered_at) AS hour,
                dlq_rollup_state(replayed_at, discarded_at, replay_attempt_at,
@@ -288,7 +288,7 @@ BEGIN
                -1 AS n, dead_lettered_at AS t, NULL::timestamptz AS at,
                CASE WHEN NOT dlq_rollup_counted(written_xid, swept) THEN written_xid END
                    AS row_xid
-        FROM old_rows
+        FROM old_rows, sw
         UNION ALL
         SELECT reason, eff_producer, eff_schema_version, source_queue, eff_error_class,
                dlq_rollup_hour(dead_lettered_at),
@@ -296,7 +296,7 @@ BEGIN
                                 replay_claim_owner, replay_claim_expires_at),
                1, dead_lettered_at, dead_lettered_at,
                CASE WHEN NOT dlq_rollup_counted(written_xid, swept) THEN written_xid END
-        FROM new_rows
+        FROM new_rows, sw
     ), left_at AS (
         -- Fewer of the bucket's rows hold some time after the statement than before.
         SELECT DISTINCT reason, eff_producer, eff_schema_version, source_queue,
@@ -321,8 +321,6 @@ $$;
 
 CREATE OR REPLACE FUNCTION dlq_rollup_delete() RETURNS trigger LANGUAGE plpgsql
 SECURITY DEFINER SET jit = off AS $$
-DECLARE
-    swept pg_snapshot := (SELECT snap FROM dead_letter_rollup_swept);
 BEGIN
     INSERT INTO dead_letter_rollup_delta (reason, eff_producer, eff_schema_version,
         source_queue, eff_error_class, hour, state, n, stale, row_xid)
@@ -332,7 +330,8 @@ BEGIN
                             replay_claim_expires_at),
            -count(*), true,
            CASE WHEN NOT dlq_rollup_counted(written_xid, swept) THEN written_xid END
-    FROM old_rows GROUP BY 1, 2, 3, 4, 5, 6, 7, 10;
+    FROM old_rows, (SELECT snap AS swept FROM dead_letter_rollup_swept) AS sw
+    GROUP BY 1, 2, 3, 4, 5, 6, 7, 10;
     RETURN NULL;
 END;
 $$;
