@@ -318,6 +318,21 @@ pub(super) fn session(url: &str, statements: &[&str]) -> Result<(), String> {
     })
 }
 
+/// [`session`] on a thread of its own (a worker beside the test).
+pub(super) fn in_background(
+    url: &str,
+    statements: &[&str],
+) -> std::thread::JoinHandle<Result<(), String>> {
+    let url = url.to_string();
+    let statements: Vec<String> = statements.iter().map(|s| s.to_string()).collect();
+    std::thread::spawn(move || {
+        session(
+            &url,
+            &statements.iter().map(|s| s.as_str()).collect::<Vec<_>>(),
+        )
+    })
+}
+
 /// `setseed` makes the next `random()` 0.0001: the insert trigger's one-in-2,000 fold
 /// runs inside the worker's statement.
 pub(super) const FOLD_IN_THE_INSERT: &str = "SELECT setseed(0.002085)";
@@ -348,21 +363,18 @@ fn a_repeatable_read_worker_never_fails_because_of_the_counts() {
     // once failed the insert (could not serialize access due to concurrent delete).
     let db = TestDb::migrated(Backend::Postgres);
     db.sql(&[BULK]);
-    let url = db.url.clone();
-    let worker = std::thread::spawn(move || {
-        session(
-            &url,
-            &[
-                "BEGIN ISOLATION LEVEL REPEATABLE READ",
-                "SELECT count(*) FROM dead_letters",
-                "SELECT pg_sleep(1)",
-                FOLD_IN_THE_INSERT,
-                "INSERT INTO dead_letters (id, body, reason, attempts, headers_json) \
+    let worker = in_background(
+        &db.url,
+        &[
+            "BEGIN ISOLATION LEVEL REPEATABLE READ",
+            "SELECT count(*) FROM dead_letters",
+            "SELECT pg_sleep(1)",
+            FOLD_IN_THE_INSERT,
+            "INSERT INTO dead_letters (id, body, reason, attempts, headers_json) \
                  VALUES ('rr-1', 'b', 'poison_message', 1, '{}')",
-                "COMMIT",
-            ],
-        )
-    });
+            "COMMIT",
+        ],
+    );
     std::thread::sleep(std::time::Duration::from_millis(300));
     db.sql(&["SELECT dlq_rollup_fold()"]);
     worker.join().unwrap().expect("the worker's insert");
@@ -514,19 +526,16 @@ fn a_truncate_in_a_repeatable_read_transaction_leaves_no_ghost_counts() {
     // Its DELETE of the counts saw only its old snapshot: a row committed while it waited
     // for the lock was truncated but stayed counted.
     let db = TestDb::migrated(Backend::Postgres);
-    let url = db.url.clone();
-    let truncater = std::thread::spawn(move || {
-        session(
-            &url,
-            &[
-                "BEGIN ISOLATION LEVEL REPEATABLE READ",
-                "SELECT count(*) FROM dead_letters",
-                "SELECT pg_sleep(1)",
-                "TRUNCATE dead_letters",
-                "COMMIT",
-            ],
-        )
-    });
+    let truncater = in_background(
+        &db.url,
+        &[
+            "BEGIN ISOLATION LEVEL REPEATABLE READ",
+            "SELECT count(*) FROM dead_letters",
+            "SELECT pg_sleep(1)",
+            "TRUNCATE dead_letters",
+            "COMMIT",
+        ],
+    );
     std::thread::sleep(std::time::Duration::from_millis(300));
     db.sql(&[
         "INSERT INTO dead_letters (id, body, reason, attempts, headers_json) \

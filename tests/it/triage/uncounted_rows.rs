@@ -2,7 +2,7 @@
 //! its own). Readers read them where they are, and a sweep counts each once, whenever its
 //! transaction commits and whatever changed it first.
 
-use super::kept_counts::{answers_as_a_scan, session, BULK, FOLD_IN_THE_INSERT};
+use super::kept_counts::{answers_as_a_scan, in_background, session, BULK, FOLD_IN_THE_INSERT};
 use super::*;
 
 fn insert(id: &str) -> String {
@@ -21,19 +21,16 @@ fn a_row_committed_after_a_fold_began_is_counted_once() {
     // worker's row still uncommitted while it ran.
     let db = TestDb::migrated(Backend::Postgres);
     db.sql(&[BULK]);
-    let url = db.url.clone();
-    let worker = std::thread::spawn(move || {
-        session(
-            &url,
-            &[
-                "BEGIN",
-                &insert("open-1"),
-                "SELECT pg_sleep(1)",
-                "UPDATE dead_letters SET discarded_at = now() WHERE id = 'open-1'",
-                "COMMIT",
-            ],
-        )
-    });
+    let worker = in_background(
+        &db.url,
+        &[
+            "BEGIN",
+            &insert("open-1"),
+            "SELECT pg_sleep(1)",
+            "UPDATE dead_letters SET discarded_at = now() WHERE id = 'open-1'",
+            "COMMIT",
+        ],
+    );
     std::thread::sleep(std::time::Duration::from_millis(300));
     // A later writer commits first: transaction IDs below the fold's are not all done.
     db.sql(&[&insert("later-1"), "SELECT dlq_rollup_fold()"]);
@@ -163,22 +160,19 @@ fn rows_a_writer_inserts_after_its_own_fold_are_counted() {
     // (the insert trigger's one in 2,000, or `dlq import`'s many rows) took the worker as
     // counted, and the rows it inserted after the fold were never counted.
     let db = TestDb::migrated(Backend::Postgres);
-    let url = db.url.clone();
-    let worker = std::thread::spawn(move || {
-        session(
-            &url,
-            &[
-                "BEGIN",
-                &insert("w-1"),
-                "SELECT pg_sleep(1)",
-                FOLD_IN_THE_INSERT,
-                &insert("w-2"),
-                &insert("w-3"),
-                "UPDATE dead_letters SET replay_attempt_at = now() WHERE id = 'w-3'",
-                "COMMIT",
-            ],
-        )
-    });
+    let worker = in_background(
+        &db.url,
+        &[
+            "BEGIN",
+            &insert("w-1"),
+            "SELECT pg_sleep(1)",
+            FOLD_IN_THE_INSERT,
+            &insert("w-2"),
+            &insert("w-3"),
+            "UPDATE dead_letters SET replay_attempt_at = now() WHERE id = 'w-3'",
+            "COMMIT",
+        ],
+    );
     std::thread::sleep(std::time::Duration::from_millis(300));
     // A later transaction commits first, so the worker's ID is below the fold's xmax.
     db.sql(&[&insert("later-1")]);
@@ -194,13 +188,10 @@ fn a_bounded_fold_never_takes_a_running_writer_for_counted() {
     // writer running in between was listed nowhere, taken for counted, never counted.
     let db = TestDb::migrated(Backend::Postgres);
     db.sql(&["SELECT dlq_rollup_fold()", &insert("c-1")]);
-    let url = db.url.clone();
-    let running = std::thread::spawn(move || {
-        session(
-            &url,
-            &["BEGIN", &insert("x-1"), "SELECT pg_sleep(1.5)", "COMMIT"],
-        )
-    });
+    let running = in_background(
+        &db.url,
+        &["BEGIN", &insert("x-1"), "SELECT pg_sleep(1.5)", "COMMIT"],
+    );
     std::thread::sleep(std::time::Duration::from_millis(300));
     session(
         &db.url,
@@ -223,18 +214,15 @@ fn turning_the_counts_on_waits_for_a_fold_under_way() {
     // It once failed on the fold's uncommitted counts (duplicate key).
     let db = TestDb::migrated(Backend::Postgres);
     db.sql(&[BULK]);
-    let url = db.url.clone();
-    let fold = std::thread::spawn(move || {
-        session(
-            &url,
-            &[
-                "BEGIN",
-                "SELECT dlq_rollup_fold()",
-                "SELECT pg_sleep(1)",
-                "COMMIT",
-            ],
-        )
-    });
+    let fold = in_background(
+        &db.url,
+        &[
+            "BEGIN",
+            "SELECT dlq_rollup_fold()",
+            "SELECT pg_sleep(1)",
+            "COMMIT",
+        ],
+    );
     std::thread::sleep(std::time::Duration::from_millis(300));
     db.sql(&["SELECT dlq_rollup_enable()"]);
     fold.join().unwrap().expect("the fold");
