@@ -78,6 +78,29 @@ RETURNS pg_snapshot LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
         FROM r) END
 $$;
 
+-- The ranges [lo, hi) of writers' IDs that `prev` does not see and `now` does: between
+-- the IDs `now` lists as running, from `prev`'s xmax to `now`'s, and each ID `prev` listed
+-- as running that `now` sees. Only rows of these IDs are read: a transaction running
+-- elsewhere (a large import's, say) is stepped over, not walked through row by row.
+CREATE OR REPLACE FUNCTION dlq_rollup_gaps(prev pg_snapshot, now pg_snapshot)
+RETURNS TABLE (lo xid8, hi xid8) LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    WITH cut AS (
+        SELECT x FROM pg_snapshot_xip(now) AS c (x)
+        WHERE x >= pg_snapshot_xmax(prev) AND x < pg_snapshot_xmax(now)
+    ), edges AS (
+        SELECT pg_snapshot_xmax(prev) AS lo, coalesce(min(x), pg_snapshot_xmax(now)) AS hi
+        FROM cut
+        UNION ALL
+        SELECT (c.x::text::bigint + 1)::text::xid8,
+               coalesce((SELECT min(n.x) FROM cut n WHERE n.x > c.x), pg_snapshot_xmax(now))
+        FROM cut c
+    )
+    SELECT lo, hi FROM edges WHERE lo < hi
+    UNION ALL
+    SELECT x, (x::text::bigint + 1)::text::xid8 FROM pg_snapshot_xip(prev) AS p (x)
+    WHERE pg_visible_in_snapshot(x, now)
+$$;
+
 -- Counts the rows not yet counted (at most about `at_most`: the rows of whole
 -- transactions, in the order they were given IDs), as deltas for the compaction that
 -- follows, and moves the counted snapshot on. The caller holds the fold's lock. Through
@@ -87,25 +110,19 @@ LANGUAGE plpgsql SECURITY DEFINER SET jit = off SET plan_cache_mode = force_cust
 SET enable_seqscan = off AS $$
 DECLARE
     prev pg_snapshot := (SELECT snap FROM dead_letter_rollup_swept);
-    -- The rows not counted are those of the writers `prev` saw running, and of later
-    -- ones: two index ranges (not one OR: planned as a walk of the whole index),
-    -- whatever transaction holds the oldest ID open.
-    running xid8[] := ARRAY(SELECT pg_snapshot_xip(prev));
     first xid8;
     upto xid8;
 BEGIN
     IF at_most IS NOT NULL THEN
         SELECT min(x), max(x) FILTER (WHERE o = at_most + 1) INTO first, upto FROM (
             SELECT x, row_number() OVER (ORDER BY x) AS o FROM (
-                SELECT x FROM (
-                    (SELECT written_xid AS x FROM dead_letters
-                     WHERE written_xid = ANY (running)
-                     ORDER BY written_xid LIMIT at_most + 1)
-                    UNION ALL
-                    (SELECT written_xid FROM dead_letters
-                     WHERE written_xid >= pg_snapshot_xmax(prev)
-                     ORDER BY written_xid LIMIT at_most + 1)
-                ) AS u ORDER BY x LIMIT at_most + 1
+                SELECT c.x FROM dlq_rollup_gaps(prev, dlq_rollup_running(pg_current_snapshot(),
+                                                pg_current_xact_id_if_assigned())) AS g
+                CROSS JOIN LATERAL (
+                    SELECT written_xid AS x FROM dead_letters
+                    WHERE written_xid >= g.lo AND written_xid < g.hi
+                    ORDER BY written_xid LIMIT at_most + 1) AS c
+                ORDER BY c.x LIMIT at_most + 1
             ) AS c
         ) AS n;
         IF first IS NULL OR first = upto THEN
@@ -113,10 +130,11 @@ BEGIN
             RETURN;
         END IF;
     END IF;
-    WITH s AS (
-        SELECT dlq_rollup_reach(prev, dlq_rollup_running(pg_current_snapshot(),
-                                                         pg_current_xact_id_if_assigned()),
-                                upto) AS snap
+    WITH n AS (
+        SELECT dlq_rollup_running(pg_current_snapshot(), pg_current_xact_id_if_assigned())
+            AS now
+    ), s AS (
+        SELECT dlq_rollup_reach(prev, n.now, upto) AS snap FROM n
     ), counted AS (
         INSERT INTO dead_letter_rollup_delta (reason, eff_producer, eff_schema_version,
             source_queue, eff_error_class, hour, state, n, first_seen, last_seen)
@@ -125,9 +143,12 @@ BEGIN
                dlq_rollup_state(replayed_at, discarded_at, replay_attempt_at,
                                 replay_claim_owner, replay_claim_expires_at),
                count(*), min(dead_lettered_at), max(dead_lettered_at)
-        FROM (SELECT * FROM dead_letters WHERE written_xid = ANY (running)
-              UNION ALL
-              SELECT * FROM dead_letters WHERE written_xid >= pg_snapshot_xmax(prev)) AS d, s
+        FROM n CROSS JOIN LATERAL dlq_rollup_gaps(prev, n.now) AS g
+        CROSS JOIN LATERAL (
+            SELECT * FROM dead_letters
+            WHERE written_xid >= g.lo AND written_xid < g.hi
+              AND (upto IS NULL OR written_xid < upto)
+            OFFSET 0) AS d, s  -- a fence: one index range per gap, never one pass of all
         WHERE dlq_rollup_counted(d.written_xid, s.snap)
         GROUP BY 1, 2, 3, 4, 5, 6, 7
     ), held AS (
@@ -190,7 +211,7 @@ END;
 $$;
 
 -- The rows not yet counted, shaped as deltas, read by their writer's ID (the index above;
--- the writers the snapshot saw running, and later ones) in the caller's snapshot (STABLE).
+-- dlq_rollup_gaps) in the caller's snapshot (STABLE).
 -- Always through the index: planned for a parameter, or on a table not analyzed since a
 -- load, the range of IDs looked like a third of the table, and a scan of every row won.
 CREATE OR REPLACE FUNCTION dlq_rollup_unswept() RETURNS TABLE (reason TEXT,
@@ -202,17 +223,23 @@ SET enable_seqscan = off AS $$
 #variable_conflict use_column
 DECLARE
     swept pg_snapshot := (SELECT s.snap FROM dead_letter_rollup_swept s);
-    running xid8[] := ARRAY(SELECT pg_snapshot_xip(swept));
 BEGIN
+    -- The caller's snapshot (STABLE: the statement's), and the caller's own rows, which
+    -- it sees though it lists itself nowhere.
     RETURN QUERY
     SELECT d.reason, d.eff_producer, d.eff_schema_version, d.source_queue, d.eff_error_class,
            dlq_rollup_hour(d.dead_lettered_at),
            dlq_rollup_state(d.replayed_at, d.discarded_at, d.replay_attempt_at,
                             d.replay_claim_owner, d.replay_claim_expires_at),
            CAST(1 AS BIGINT), d.dead_lettered_at, d.dead_lettered_at, false
-    FROM (SELECT * FROM dead_letters WHERE written_xid = ANY (running)
+    FROM (SELECT g.lo, g.hi FROM dlq_rollup_gaps(swept, dlq_rollup_running(
+              pg_current_snapshot(), pg_current_xact_id_if_assigned())) AS g
           UNION ALL
-          SELECT * FROM dead_letters WHERE written_xid >= pg_snapshot_xmax(swept)) AS d;
+          SELECT x, (x::text::bigint + 1)::text::xid8 FROM pg_current_xact_id_if_assigned() AS o (x)
+          WHERE x IS NOT NULL AND NOT dlq_rollup_counted(x, swept)) AS g
+    CROSS JOIN LATERAL (
+        SELECT * FROM dead_letters WHERE written_xid >= g.lo AND written_xid < g.hi
+        OFFSET 0) AS d;  -- a fence: one index range per gap, never one pass of all
 END;
 $$;
 
@@ -331,7 +358,14 @@ BEGIN
            -count(*), true,
            CASE WHEN NOT dlq_rollup_counted(written_xid, swept) THEN written_xid END
     FROM old_rows, (SELECT snap AS swept FROM dead_letter_rollup_swept) AS sw
-    GROUP BY 1, 2, 3, 4, 5, 6, 7, 10;
+    GROUP BY 1, 2, 3, 4, 5, 6, 7, 10
+    -- A bucket's times may hold a row not yet counted (a fold reads times from the rows),
+    -- so its stale mark is never tagged: a tagged one is skipped, then deleted.
+    UNION ALL
+    SELECT DISTINCT reason, eff_producer, eff_schema_version, source_queue, eff_error_class,
+           dlq_rollup_hour(dead_lettered_at), 'open', 0, true, NULL::xid8
+    FROM old_rows, (SELECT snap AS swept FROM dead_letter_rollup_swept) AS sw
+    WHERE NOT dlq_rollup_counted(written_xid, sw.swept);
     RETURN NULL;
 END;
 $$;
@@ -382,13 +416,16 @@ $$;
 -- Off, the counts cost the writers nothing: their index goes too (enable builds it again).
 CREATE OR REPLACE FUNCTION dlq_rollup_disable() RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
+    -- The strongest lock first (DROP INDEX's): taken after the triggers' weaker one, it
+    -- deadlocked with a writer that had read the table first.
+    LOCK TABLE dead_letters IN ACCESS EXCLUSIVE MODE;
+    DROP INDEX IF EXISTS dead_letters_written_xid_idx;
     INSERT INTO dead_letter_rollup_kept (kept) VALUES (false)
         ON CONFLICT (one) DO UPDATE SET kept = false;
     ALTER TABLE dead_letters DISABLE TRIGGER dead_letters_rollup_insert;
     ALTER TABLE dead_letters DISABLE TRIGGER dead_letters_rollup_update;
     ALTER TABLE dead_letters DISABLE TRIGGER dead_letters_rollup_delete;
     ALTER TABLE dead_letters DISABLE TRIGGER dead_letters_rollup_truncate;
-    DROP INDEX IF EXISTS dead_letters_written_xid_idx;
 END;
 $$;
 

@@ -270,12 +270,9 @@ fn folds_and_reads_visit_only_the_rows_not_counted() {
     assert!(whole < 400, "aggregate's fold touched {whole} pages");
 }
 
-#[test]
-fn a_transaction_held_open_elsewhere_never_makes_folds_or_reads_visit_counted_rows() {
-    // The rows not counted were found from the oldest running transaction's ID: one
-    // held open anywhere made every fold and read visit every row written since, and a
-    // writer's fold failed its statement timeout.
-    let db = TestDb::migrated(Backend::Postgres);
+/// Runs `f` while another session holds a transaction open after `statements`.
+fn with_transaction_open(db: &TestDb, statements: &str, f: impl FnOnce()) {
+    use std::io::{BufRead, Write};
     let mut held = std::process::Command::new("psql")
         .args(["-X", "-q", &db.url])
         .stdin(std::process::Stdio::piped())
@@ -283,9 +280,8 @@ fn a_transaction_held_open_elsewhere_never_makes_folds_or_reads_visit_counted_ro
         .spawn()
         .expect("psql");
     let mut stdin = held.stdin.take().unwrap();
-    use std::io::{BufRead, Write};
     stdin
-        .write_all(b"BEGIN; SELECT pg_current_xact_id();\n\\echo held\n")
+        .write_all(format!("BEGIN; {statements}\n\\echo held\n").as_bytes())
         .unwrap();
     let out = std::io::BufReader::new(held.stdout.take().unwrap());
     for line in out.lines() {
@@ -293,12 +289,102 @@ fn a_transaction_held_open_elsewhere_never_makes_folds_or_reads_visit_counted_ro
             break;
         }
     }
-    db.sql(&COUNTED_MANY);
-    let read = pages_touched(&db, "SELECT count(*) FROM dlq_rollup_unswept()");
-    let fold = pages_touched(&db, "SELECT dlq_rollup_compact(4000)");
+    f();
     drop(stdin);
     held.wait().unwrap();
-    assert!(read < 200, "a read touched {read} pages");
-    assert!(fold < 400, "a writer's fold touched {fold} pages");
+}
+
+#[test]
+fn a_transaction_held_open_elsewhere_never_makes_folds_or_reads_visit_counted_rows() {
+    // The rows not counted were found from the oldest running transaction's ID: one
+    // held open anywhere made every fold and read visit every row written since, and a
+    // writer's fold failed its statement timeout.
+    let db = TestDb::migrated(Backend::Postgres);
+    with_transaction_open(&db, "SELECT pg_current_xact_id();", || {
+        db.sql(&COUNTED_MANY);
+        let read = pages_touched(&db, "SELECT count(*) FROM dlq_rollup_unswept()");
+        let fold = pages_touched(&db, "SELECT dlq_rollup_compact(4000)");
+        assert!(read < 200, "a read touched {read} pages");
+        assert!(fold < 400, "a writer's fold touched {fold} pages");
+    });
     answers_as_a_scan(&db, "after the transaction held open ended");
+}
+
+#[test]
+fn rows_of_a_large_transaction_still_running_are_stepped_over() {
+    // A fold's bound counted only rows it could see: every fold and read walked a large
+    // import's uncommitted rows one by one, and a writer's fold failed its statement
+    // timeout for as long as the import ran.
+    let db = TestDb::migrated(Backend::Postgres);
+    db.sql(&["SELECT dlq_rollup_fold()"]);
+    let import = "INSERT INTO dead_letters (id, body, reason, attempts, headers_json) \
+                  SELECT 'imp-' || g, 'b', 'permanent_failure', 1, '{}' \
+                  FROM generate_series(1, 50000) g;";
+    with_transaction_open(&db, import, || {
+        db.sql(&[&insert("s-1")]);
+        let read = pages_touched(&db, "SELECT count(*) FROM dlq_rollup_unswept()");
+        let fold = pages_touched(&db, "SELECT dlq_rollup_compact(4000)");
+        let whole = pages_touched(&db, "SELECT dlq_rollup_compact()");
+        assert!(read < 200, "a read touched {read} pages");
+        assert!(fold < 400, "a writer's fold touched {fold} pages");
+        assert!(whole < 400, "aggregate's fold touched {whole} pages");
+    });
+    answers_as_a_scan(&db, "after the import committed");
+}
+
+#[test]
+fn a_row_deleted_before_it_is_counted_leaves_no_time_in_the_counts() {
+    // A fold reads a stale bucket's times from its rows, counted or not; the delete of
+    // a row not yet counted left only a tagged stale mark, skipped and then deleted, so
+    // the bucket kept the deleted row's time.
+    let db = TestDb::migrated(Backend::Postgres);
+    let row = |id: &str, at: &str| {
+        format!(
+            "INSERT INTO dead_letters (id, body, reason, attempts, headers_json, producer, \
+             dead_lettered_at) VALUES ('{id}', 'b', 'poison_message', 1, '{{}}', 'billing', '{at}')"
+        )
+    };
+    db.sql(&[
+        &row("a", "2026-12-01 10:30Z"),
+        &row("b", "2026-12-01 10:40Z"),
+        "SELECT dlq_rollup_fold()",
+        "DELETE FROM dead_letters WHERE id = 'b'",
+    ]);
+    session(
+        &db.url,
+        &[
+            "BEGIN",
+            &row("c", "2026-12-01 10:05Z"),
+            "SELECT dlq_rollup_fold()",
+            "DELETE FROM dead_letters WHERE id = 'c'",
+            "COMMIT",
+        ],
+    )
+    .expect("the session");
+    answers_as_a_scan(
+        &db,
+        "after a row the times were read from was deleted uncounted",
+    );
+}
+
+#[test]
+fn turning_the_counts_off_never_deadlocks_a_writer() {
+    // It took the triggers' lock, then DROP INDEX's stronger one: a writer that had read
+    // the table first deadlocked with it.
+    let db = TestDb::migrated(Backend::Postgres);
+    db.sql(&[&insert("a-1")]);
+    let worker = in_background(
+        &db.url,
+        &[
+            "BEGIN",
+            "SELECT count(*) FROM dead_letters",
+            "SELECT pg_sleep(1.5)",
+            &insert("a-2"),
+            "COMMIT",
+        ],
+    );
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let off = session(&db.url, &["SELECT dlq_rollup_disable()"]);
+    let w = worker.join().unwrap();
+    assert!(w.is_ok() && off.is_ok(), "worker: {w:?}, disable: {off:?}");
 }
