@@ -177,7 +177,7 @@ fn concurrent_writers_and_folds_lose_no_count() {
                     .execute(&pool)
                     .await
                     .unwrap();
-                    // Far more often than the trigger's one in a thousand.
+                    // Far more often than the trigger's one in 2,000.
                     if i % 10 == w {
                         sqlx::query("SELECT dlq_rollup_fold()").execute(&pool).await.unwrap();
                     }
