@@ -349,6 +349,7 @@ $$;
 CREATE OR REPLACE FUNCTION dlq_rollup_delete() RETURNS trigger LANGUAGE plpgsql
 SECURITY DEFINER SET jit = off AS $$
 BEGIN
+    WITH sw AS (SELECT snap AS swept FROM dead_letter_rollup_swept)
     INSERT INTO dead_letter_rollup_delta (reason, eff_producer, eff_schema_version,
         source_queue, eff_error_class, hour, state, n, stale, row_xid)
     SELECT reason, eff_producer, eff_schema_version, source_queue, eff_error_class,
@@ -357,14 +358,14 @@ BEGIN
                             replay_claim_expires_at),
            -count(*), true,
            CASE WHEN NOT dlq_rollup_counted(written_xid, swept) THEN written_xid END
-    FROM old_rows, (SELECT snap AS swept FROM dead_letter_rollup_swept) AS sw
+    FROM old_rows, sw
     GROUP BY 1, 2, 3, 4, 5, 6, 7, 10
     -- A bucket's times may hold a row not yet counted (a fold reads times from the rows),
     -- so its stale mark is never tagged: a tagged one is skipped, then deleted.
     UNION ALL
     SELECT DISTINCT reason, eff_producer, eff_schema_version, source_queue, eff_error_class,
            dlq_rollup_hour(dead_lettered_at), 'open', 0, true, NULL::xid8
-    FROM old_rows, (SELECT snap AS swept FROM dead_letter_rollup_swept) AS sw
+    FROM old_rows, sw
     WHERE NOT dlq_rollup_counted(written_xid, sw.swept);
     RETURN NULL;
 END;

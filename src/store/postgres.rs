@@ -122,14 +122,12 @@ impl Backend for PgStore {
     }
 }
 
-/// Folds the deltas and the rows not yet counted into the counts (`dlq_rollup_fold`,
-/// which runs with the rights of the role that migrated; it returns at once when another
-/// fold is under way, and the read sums what is left), and says whether this role may
-/// read them. The counts only make the answer faster: when the fold fails (a standby, a
-/// role that may not run it, a timeout), the read sums the deltas and the rows not yet
-/// counted, and a schema older than the counts, counts
-/// turned off (`dlq_rollup_disable()`) or a role that may not read them has the rows read
-/// instead.
+/// Folds the deltas and the rows not yet counted into the counts (`dlq_rollup_fold`, with
+/// the migrating role's rights; it returns at once when another fold is under way, and the
+/// read sums what is left), and says whether this role may read them. The counts only make
+/// the answer faster: when the fold fails (a standby, a role that may not run it, a
+/// timeout), the read sums what is left; a schema older than the counts, counts turned off
+/// (`dlq_rollup_disable()`) or a role that may not read them has the rows read instead.
 #[async_trait]
 impl Rollup for PgStore {
     async fn fold(&self) -> Result<Fold> {

@@ -254,6 +254,17 @@ const COUNTED_MANY: [&str; 3] = [
      VALUES ('one-1', 'b', 'poison_message', 1, '{}')",
 ];
 
+/// A read, a writer's fold and aggregate's (unbounded) fold each touch few pages: what
+/// is not counted, not the table.
+fn assert_visits_only_uncounted(db: &TestDb) {
+    let read = pages_touched(db, "SELECT count(*) FROM dlq_rollup_unswept()");
+    let fold = pages_touched(db, "SELECT dlq_rollup_compact(4000)");
+    let whole = pages_touched(db, "SELECT dlq_rollup_compact()");
+    assert!(read < 200, "a read touched {read} pages");
+    assert!(fold < 400, "a writer's fold touched {fold} pages");
+    assert!(whole < 400, "aggregate's fold touched {whole} pages");
+}
+
 #[test]
 fn folds_and_reads_visit_only_the_rows_not_counted() {
     // What a fold or a read visits is what is not counted, not the table: each gap of
@@ -261,13 +272,7 @@ fn folds_and_reads_visit_only_the_rows_not_counted() {
     // index: the aggregate's fold here touched 533 pages before its fence).
     let db = TestDb::migrated(Backend::Postgres);
     db.sql(&COUNTED_MANY);
-    let read = pages_touched(&db, "SELECT count(*) FROM dlq_rollup_unswept()");
-    let fold = pages_touched(&db, "SELECT dlq_rollup_compact(4000)");
-    // Unbounded, as aggregate's: it counts whatever it finds, nothing here.
-    let whole = pages_touched(&db, "SELECT dlq_rollup_compact()");
-    assert!(read < 200, "a read touched {read} pages");
-    assert!(fold < 400, "a writer's fold touched {fold} pages");
-    assert!(whole < 400, "aggregate's fold touched {whole} pages");
+    assert_visits_only_uncounted(&db);
 }
 
 /// Runs `f` while another session holds a transaction open after `statements`.
@@ -302,10 +307,7 @@ fn a_transaction_held_open_elsewhere_never_makes_folds_or_reads_visit_counted_ro
     let db = TestDb::migrated(Backend::Postgres);
     with_transaction_open(&db, "SELECT pg_current_xact_id();", || {
         db.sql(&COUNTED_MANY);
-        let read = pages_touched(&db, "SELECT count(*) FROM dlq_rollup_unswept()");
-        let fold = pages_touched(&db, "SELECT dlq_rollup_compact(4000)");
-        assert!(read < 200, "a read touched {read} pages");
-        assert!(fold < 400, "a writer's fold touched {fold} pages");
+        assert_visits_only_uncounted(&db);
     });
     answers_as_a_scan(&db, "after the transaction held open ended");
 }
@@ -322,12 +324,7 @@ fn rows_of_a_large_transaction_still_running_are_stepped_over() {
                   FROM generate_series(1, 50000) g;";
     with_transaction_open(&db, import, || {
         db.sql(&[&insert("s-1")]);
-        let read = pages_touched(&db, "SELECT count(*) FROM dlq_rollup_unswept()");
-        let fold = pages_touched(&db, "SELECT dlq_rollup_compact(4000)");
-        let whole = pages_touched(&db, "SELECT dlq_rollup_compact()");
-        assert!(read < 200, "a read touched {read} pages");
-        assert!(fold < 400, "a writer's fold touched {fold} pages");
-        assert!(whole < 400, "aggregate's fold touched {whole} pages");
+        assert_visits_only_uncounted(&db);
     });
     answers_as_a_scan(&db, "after the import committed");
 }
