@@ -139,6 +139,15 @@ impl Rabbit {
     }
 
     pub fn count(&self, queue: &str) -> u32 {
+        self.declared(queue).message_count()
+    }
+
+    /// The consumers the broker still lists on the queue.
+    pub fn consumers(&self, queue: &str) -> u32 {
+        self.declared(queue).consumer_count()
+    }
+
+    fn declared(&self, queue: &str) -> lapin::Queue {
         self.rt
             .block_on(self.channel.queue_declare(
                 queue.into(),
@@ -149,7 +158,6 @@ impl Rabbit {
                 FieldTable::default(),
             ))
             .unwrap()
-            .message_count()
     }
 
     /// Declares a durable queue with a fixed name, or empties it if it exists.
