@@ -2,6 +2,7 @@
 //! prune, content filters.
 
 mod aggregate;
+mod count_rights;
 mod discard;
 mod export;
 mod filters;
