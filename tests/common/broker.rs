@@ -147,6 +147,14 @@ impl Rabbit {
         self.declared(queue).consumer_count()
     }
 
+    /// Waits until the broker has dropped the consumers of a killed process: a capture
+    /// rerun before that is refused as a second capture.
+    pub fn wait_for_no_consumer(&self, queue: &str) {
+        wait_until("the broker to drop the killed consumer", 60, || {
+            self.consumers(queue) == 0
+        });
+    }
+
     fn declared(&self, queue: &str) -> lapin::Queue {
         self.rt
             .block_on(self.channel.queue_declare(

@@ -24,6 +24,7 @@ fn sigkill_during_a_capture_of_thousands_then_a_rerun_stores_each_message_once()
         wait_until("a few batches", 60, || rows(&db) >= 400);
         child.kill().unwrap();
         child.wait().unwrap();
+        dlx.rabbit.wait_for_no_consumer(&dlx.dlq);
         // A COMMIT the killed run had sent may still be going through on its backend:
         // count the rows once that session is gone (else they show up as the rerun's
         // `already_there`, missing from both counts).
@@ -157,9 +158,7 @@ fn sigkill_on_a_quorum_dead_letter_queue_then_a_rerun_stores_each_message_once()
     child.wait().unwrap();
     // A quorum queue drops a dead connection's consumer a moment later; until then the
     // rerun is rightly refused as a second capture. Once failed CI: it reran at once.
-    wait_until("the broker to drop the killed consumer", 60, || {
-        dlx.rabbit.consumers(&dlx.dlq) == 0
-    });
+    dlx.rabbit.wait_for_no_consumer(&dlx.dlq);
     let r = capture(&db, &["--queue", &dlx.dlq]);
     assert_eq!(r.code, 0, "{}", r.all());
     assert_exactly_once(&db, n as i64);
@@ -398,6 +397,7 @@ fn a_rerun_waiting_for_a_killed_runs_commit_sees_it_whatever_the_default_isolati
     wait_until("the first run's COMMIT held", 60, || db.scalar(held) > 0);
     first.kill().unwrap();
     first.wait().unwrap();
+    dlx.rabbit.wait_for_no_consumer(&dlx.dlq);
     let rerun = db.dlq_env(
         &["capture", "--queue", &dlx.dlq],
         &[("DLQ_LOCK_TIMEOUT", "60s")],
