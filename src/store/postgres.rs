@@ -1,10 +1,9 @@
 //! PostgreSQL: all of its SQL. Times are `timestamptz`; the clock is `now()`.
 
-use super::copies::{live_pair, live_pair_refused, Arriving};
 use super::protocol::{self, LeaseAfter, Resolution, WriteDialect};
 use super::read::{
-    claimed_row, import_history, push_where, Backend, Bind, Bucket, Dialect, Doc, Fold, NotUtf8,
-    Rollup, Sql, TimeCol,
+    claimed_row, push_where, Backend, Bind, Bucket, Dialect, Doc, Fold, NotUtf8, Rollup, Sql,
+    TimeCol,
 };
 use super::{
     check_prune_filter, db_error, migration_error, newly_applied, CaptureOutcome, CapturedLetter,
@@ -447,75 +446,7 @@ impl Store for PgStore {
     }
 
     async fn import(&self, rows: Vec<NewDeadLetter>, existing: OnExisting) -> Result<ImportReport> {
-        let mut tx = self
-            .pool
-            .begin_with(<Postgres as Dialect>::BEGIN_WRITE)
-            .await
-            .map_err(db_error)?;
-        let mut report = ImportReport::default();
-        let mut imported = Vec::new();
-        for mut r in rows {
-            let sql = format!(
-                "INSERT INTO dead_letters (id, body, reason, attempts, headers_json, replayed_at, \
-                 replay_claim_owner, replay_claim_expires_at, last_replay_error, event_id, error, \
-                 producer, schema_version, source_queue, exchange, routing_key, dead_lettered_at, \
-                 replay_attempt_at, discarded_at, discard_note, revision_of) \
-                 VALUES ($1,$2,$3,$4,$5,$6,$7,$8,$9,$10,$11,$12,$13,$14,$15,$16,COALESCE($17, now()),\
-                 $18,$19,$20,$21){}",
-                match existing {
-                    OnExisting::Skip => " ON CONFLICT (id) DO NOTHING",
-                    OnExisting::Refuse => "",
-                }
-            );
-            let res = insert_imported(&mut tx, &sql, &mut r).await?;
-            match res {
-                Ok(done) if done.rows_affected() == 0 => report.skipped_existing += 1,
-                Ok(_) => {
-                    report.imported += 1;
-                    imported.push(r.id.clone());
-                    import_history::<Postgres>(&mut tx, &r).await.map_err(|e| {
-                        DlqError::other(format!(
-                            "line {}: {} (nothing was imported)",
-                            r.line,
-                            db_error(e)
-                        ))
-                    })?;
-                }
-                Err(e)
-                    if e.as_database_error().and_then(|d| d.code()).as_deref() == Some("23505") =>
-                {
-                    return Err(super::already_exists(r.line, &r.id, ""));
-                }
-                Err(e) => {
-                    return Err(DlqError::other(format!(
-                        "line {}: {} (nothing was imported)",
-                        r.line,
-                        db_error(e)
-                    )))
-                }
-            }
-        }
-        if !imported.is_empty() {
-            sqlx::query(IMPORT_CHECK_LOCK)
-                .execute(&mut *tx)
-                .await
-                .map_err(db_error)?;
-        }
-        if let Some(pair) = live_pair::<Postgres>(&mut tx, Arriving::Imported(&imported))
-            .await
-            .map_err(db_error)?
-        {
-            return Err(live_pair_refused(pair));
-        }
-        tx.commit().await.map_err(db_error)?;
-        // Counted now, not by the next read (about 4 s a million rows); committed whatever
-        // the fold does.
-        if report.imported > 0 {
-            if let Err(e) = Rollup::fold(self).await {
-                tracing::warn!(error = %e, "imported; the kept counts will count the rows later");
-            }
-        }
-        Ok(report)
+        import::import(self, rows, existing).await
     }
 
     async fn claim(
@@ -662,42 +593,5 @@ impl Store for PgStore {
 
 #[path = "postgres_capture.rs"]
 mod capture;
-
-/// Inserts one imported row (the body moved out of it, not copied: a body may be tens of
-/// MiB); the database's answer is the caller's to judge.
-async fn insert_imported(
-    tx: &mut sqlx::Transaction<'_, Postgres>,
-    sql: &str,
-    r: &mut NewDeadLetter,
-) -> Result<std::result::Result<sqlx::postgres::PgQueryResult, sqlx::Error>> {
-    let attempts = i32::try_from(r.attempts).map_err(|_| {
-        DlqError::usage(format!(
-            "line {}: field attempts: {} is out of range",
-            r.line, r.attempts
-        ))
-    })?;
-    Ok(sqlx::query(sql)
-        .bind(&r.id)
-        .bind(std::mem::take(&mut r.body))
-        .bind(&r.reason)
-        .bind(attempts)
-        .bind(&r.headers_json)
-        .bind(r.replayed_at)
-        .bind(&r.replay_claim_owner)
-        .bind(r.replay_claim_expires_at)
-        .bind(&r.last_replay_error)
-        .bind(&r.event_id)
-        .bind(&r.error)
-        .bind(&r.producer)
-        .bind(&r.schema_version)
-        .bind(&r.source_queue)
-        .bind(&r.exchange)
-        .bind(&r.routing_key)
-        .bind(r.dead_lettered_at)
-        .bind(r.replay_attempt_at)
-        .bind(r.discarded_at)
-        .bind(&r.discard_note)
-        .bind(&r.revision_of)
-        .execute(&mut **tx)
-        .await)
-}
+#[path = "postgres_import.rs"]
+mod import;

@@ -178,3 +178,83 @@ fn import_reads_show_output_and_refuses_what_it_cannot_keep() {
         );
     }
 }
+
+/// `n` import lines `m0000`..: line k (1-based) holds id `m{k-1}`, a body naming its line
+/// and one history entry.
+fn many_lines(n: usize) -> Vec<serde_json::Value> {
+    (0..n)
+        .map(|i| {
+            json!({"id": format!("m{i:04}"), "reason": "poison_message",
+                   "body_text": format!("{{\"line\": {}}}", i + 1),
+                   "history": [{"at": "2026-01-01T00:00:00Z", "operator": "ops",
+                                "action": "note", "outcome": "noted",
+                                "detail": format!("line {}", i + 1)}]})
+        })
+        .collect()
+}
+
+fn lines_of(rows: &[serde_json::Value]) -> Vec<u8> {
+    rows.iter()
+        .map(|r| format!("{r}\n"))
+        .collect::<String>()
+        .into_bytes()
+}
+
+/// PostgreSQL inserts an import's rows a thousand at a time; a row refused deep in the
+/// file is still named by its line, and nothing is written.
+#[test]
+fn a_refused_row_past_the_first_thousand_is_named_by_its_line() {
+    for b in BACKENDS {
+        let db = TestDb::migrated(b);
+        db.add(json!({"id": "m2344", "body_text": "{}", "reason": "poison_message"}));
+        let r = db.dlq_stdin(&["import", "-"], &lines_of(&many_lines(2500)));
+        assert_eq!(r.code, 2, "{b:?}: {}", r.all());
+        assert!(
+            r.stderr.contains("line 2345") && r.stderr.contains("already exists"),
+            "{b:?}: {}",
+            r.stderr
+        );
+        assert_eq!(r.stderr.trim().lines().count(), 1, "{}", r.stderr);
+        assert_eq!(db.dlq(&["list"]).json().as_array().unwrap().len(), 1);
+        assert_eq!(db.dlq(&["show", "m0000"]).code, 4, "nothing imported");
+    }
+}
+
+/// `--skip-existing` over rows already here in two of PostgreSQL's thousand-row inserts:
+/// those are kept as they were, every other line is imported with its history.
+#[test]
+fn skip_existing_keeps_the_rows_here_across_a_large_import() {
+    for b in BACKENDS {
+        let db = TestDb::migrated(b);
+        for id in ["m0020", "m1799"] {
+            db.add(json!({"id": id, "body_text": "{\"here\": true}", "reason": "poison_message"}));
+        }
+        let r = db.dlq_stdin(
+            &["import", "--skip-existing", "-"],
+            &lines_of(&many_lines(2500)),
+        );
+        assert_eq!(r.code, 0, "{b:?}: {}", r.all());
+        assert_eq!(r.json(), json!({"imported": 2498, "skipped_existing": 2}));
+        for id in ["m0020", "m1799"] {
+            let shown = db.show(id);
+            assert_eq!(shown["body_text"], "{\"here\": true}", "{b:?} {id}");
+            assert_eq!(shown["history"], json!([]), "{b:?} {id}");
+        }
+        for (id, line) in [
+            ("m0000", 1),
+            ("m0021", 22),
+            ("m1800", 1801),
+            ("m2499", 2500),
+        ] {
+            let shown = db.show(id);
+            assert_eq!(
+                shown["body_text"],
+                format!("{{\"line\": {line}}}"),
+                "{b:?} {id}"
+            );
+            let history = shown["history"].as_array().unwrap();
+            assert_eq!(history.len(), 1, "{b:?} {id}: {history:?}");
+            assert_eq!(history[0]["detail"], format!("line {line}"), "{b:?} {id}");
+        }
+    }
+}
