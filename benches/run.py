@@ -7,7 +7,7 @@ temporary SQLite file, uses uniquely named queues, and removes all of it afterwa
   python3 benches/run.py                 # everything, 1,000,000 rows
   python3 benches/run.py --rows 100000   # a quicker look
   python3 benches/run.py --only replay   # one part: triage | flood | export | scale | inserts | replay | plan
-                                         # | capture | bigcapture | bigbody | import_lock
+                                         # | capture | bigcapture | bigbody | import_lock | import
                                          # (triage includes content filters, export, flood)
   python3 benches/run.py --only scale --rows 10000000   # aggregate and list at 10M rows (PostgreSQL)
   python3 benches/run.py --only scale --rows 10000000 --keep-db dlq_scale   # generated once, kept
@@ -1062,6 +1062,47 @@ def inserts(args, report):
                       f"| {' '.join(f'{x:,.0f}' for x in tps['ENABLE'])} | | |")
 
 
+def import_speed(args, report):
+    """`dlq import` of --import-rows export-style lines (one in ten with a history entry)
+    into an empty PostgreSQL database and SQLite file, each a process; --baseline adds an
+    older binary on PostgreSQL. Median of --export-runs runs, each into a fresh store."""
+    n = args.import_rows
+    lines = []
+    for i in range(n):
+        line = {"id": f"imp-{i:07d}", "reason": "retries_exhausted", "attempts": 5,
+                "headers": {"x-producer": "bench"}, "producer": "bench", "schema_version": "1",
+                "source_queue": "q", "body_text": json.dumps({"event_id": f"evt-imp-{i}", "pad": "x" * 150})}
+        if i % 10 == 0:
+            line["history"] = [{"at": "2026-01-01T00:00:00Z", "operator": "ops", "action": "note",
+                                "outcome": "noted", "detail": f"line {i + 1}"}]
+        lines.append(json.dumps(line))
+    data = ("\n".join(lines) + "\n").encode()
+    stores = [("PostgreSQL", DLQ, "")]
+    if args.baseline:
+        stores.append(("PostgreSQL, baseline binary", args.baseline, ""))
+    stores.append(("SQLite", DLQ, None))
+    times = {name: [] for name, _, _ in stores}
+    for _ in range(args.export_runs):
+        for name, dlq, suffix in stores:
+            with scratch(with_queue=False) as (_, db, tmp):
+                url = f"postgres://postgres@127.0.0.1:5432/{db}" if suffix is not None \
+                    else f"sqlite://{os.path.join(tmp, 'i.db')}"
+                env = dlq_env(url)
+                run([dlq, "migrate"], env=env)
+                t = time.perf_counter()
+                run([dlq, "import", "-"], env=env, stdin=data)
+                times[name].append(time.perf_counter() - t)
+    report.append("")
+    report.append(f"`dlq import` of {n:,} lines (bodies of about 190 bytes, one line in ten with a history "
+                  f"entry) into an empty store, median of {args.export_runs} runs:")
+    report.append("")
+    report.append("| store | time | rows/s | runs |")
+    report.append("|---|---|---|---|")
+    for name, _, _ in stores:
+        took = statistics.median(times[name])
+        report.append(f"| {name} | {took:.2f} s | {n / took:,.0f} | {' '.join(f'{t:.2f}' for t in times[name])} |")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rows", type=int, default=1_000_000)
@@ -1079,19 +1120,19 @@ def main():
     p.add_argument("--import-rows", type=int, default=50_000)
     p.add_argument("--import-body", type=int, default=2_000, help="import: bytes of padding per body")
     p.add_argument("--insert-rounds", type=int, default=6)
-    p.add_argument("--only", choices=["triage", "flood", "export", "scale", "inserts", "replay", "plan", "capture", "bigcapture", "bigbody", "import_lock"])
+    p.add_argument("--only", choices=["triage", "flood", "export", "scale", "inserts", "replay", "plan", "capture", "bigcapture", "bigbody", "import_lock", "import"])
     p.add_argument("--keep-db", help="scale: generate into this PostgreSQL database once and keep it; "
                    "later runs measure its rows again (drop it by hand)")
-    p.add_argument("--baseline", help="flood, import_lock, plan, capture, bigcapture: an older dlq binary to compare with (before/after)")
+    p.add_argument("--baseline", help="flood, import_lock, import, plan, capture, bigcapture: an older dlq binary to compare with (before/after)")
     args = p.parse_args()
     run(["cargo", "build", "--quiet", "--release", "--manifest-path", os.path.join(ROOT, "Cargo.toml"),
          "--bin", "dlq", "--example", "queue", "--example", "bare_publisher", "--example", "bare_consumer"])
     report = [f"Machine: {machine()}", f"Date: {time.strftime('%Y-%m-%d')}", ""]
     # flood and export are also parts of triage: alone only when asked for; scale is
     # meant for 10,000,000 rows and bigcapture moves gigabytes: only when asked for.
-    parts = {"export": export_only}
+    parts = {"export": export_only, "import": import_speed}
     for part in ("triage", "flood", "export", "scale", "inserts", "replay", "plan", "capture", "bigcapture", "bigbody",
-                 "import_lock"):
+                 "import_lock", "import"):
         if args.only == part or (args.only is None and part not in ("flood", "export", "scale", "bigcapture")):
             parts.get(part, globals().get(part))(args, report)
     print("\n".join(report))
