@@ -1,12 +1,12 @@
 //! PostgreSQL's `dlq import`: one transaction, its rows inserted a chunk at a time as one
-//! INSERT of arrays (one round trip per row made a million-row import take minutes), each
+//! INSERT of arrays (their history by one more) (one round trip per row made a million-row import take minutes), each
 //! chunk behind a savepoint. When the database refuses some row of a chunk, the chunk is
 //! inserted again row by row, so the error names the line as before.
 
 use super::{PgStore, IMPORT_CHECK_LOCK};
 use crate::error::{DlqError, Result};
 use crate::store::copies::{live_pair, live_pair_refused, Arriving};
-use crate::store::read::{import_history, Dialect, Rollup};
+use crate::store::read::{carried_history, import_history, Dialect, Rollup};
 use crate::store::{
     already_exists, db_error, is_postgres_row_error, ImportReport, NewDeadLetter, OnExisting,
 };
@@ -135,7 +135,7 @@ async fn insert_chunk(
         .iter()
         .filter(|r| inserted.contains(&r.id) && seen.insert(r.id.as_str()))
         .collect();
-    insert_history(conn, &rows).await?;
+    import_history::<Postgres>(conn, &carried_history(rows.iter().copied())).await?;
     Ok(rows.iter().map(|r| r.id.clone()).collect())
 }
 
@@ -167,7 +167,7 @@ async fn insert_each(
             .await
             .map_err(line_error)?;
         if !inserted.is_empty() {
-            import_history::<Postgres>(conn, r)
+            import_history::<Postgres>(conn, &carried_history(one))
                 .await
                 .map_err(line_error)?;
             ids.push(r.id.clone());
@@ -239,45 +239,4 @@ async fn insert_rows(
         .bind(opt(|r| &r.revision_of))
         .fetch_all(&mut *conn)
         .await
-}
-
-/// The history the rows carried, oldest first per row, as one INSERT of arrays.
-async fn insert_history(
-    conn: &mut PgConnection,
-    rows: &[&NewDeadLetter],
-) -> std::result::Result<(), sqlx::Error> {
-    let entries: Vec<(&str, &crate::model::HistoryEntry)> = rows
-        .iter()
-        .flat_map(|r| {
-            let h = r.history.as_deref().unwrap_or_default();
-            h.iter().map(|e| (r.id.as_str(), e))
-        })
-        .collect();
-    if entries.is_empty() {
-        return Ok(());
-    }
-    let col = |f: fn(&crate::model::HistoryEntry) -> Option<&str>| {
-        entries.iter().map(|(_, e)| f(e)).collect::<Vec<_>>()
-    };
-    sqlx::query(
-        "INSERT INTO dead_letter_history (dead_letter_id, at, operator, action, outcome, \
-             detail, target, plan_id, token_ref) \
-         SELECT id, at, operator, action, outcome, detail, target, plan_id, token_ref \
-         FROM UNNEST($1::text[], $2::timestamptz[], $3::text[], $4::text[], $5::text[], \
-             $6::text[], $7::text[], $8::text[], $9::text[]) WITH ORDINALITY \
-           AS u(id, at, operator, action, outcome, detail, target, plan_id, token_ref, n) \
-         ORDER BY n",
-    )
-    .bind(entries.iter().map(|(id, _)| *id).collect::<Vec<_>>())
-    .bind(entries.iter().map(|(_, e)| e.at).collect::<Vec<_>>())
-    .bind(col(|e| Some(&e.operator)))
-    .bind(col(|e| Some(&e.action)))
-    .bind(col(|e| Some(&e.outcome)))
-    .bind(col(|e| e.detail.as_deref()))
-    .bind(col(|e| e.target.as_deref()))
-    .bind(col(|e| e.plan_id.as_deref()))
-    .bind(col(|e| e.token_ref.as_deref()))
-    .execute(&mut *conn)
-    .await?;
-    Ok(())
 }

@@ -48,7 +48,7 @@ pub(crate) use decode::{required, text};
 pub(crate) use decode::{Col, Columns};
 pub(crate) use filter::{push_where, state_of, where_sql};
 pub(crate) use rollup::{kept_pair_counts, Fold, Rollup};
-pub(crate) use rows::{exported, import_history};
+pub(crate) use rows::{carried_history, exported, import_history};
 pub use sql::Sql;
 
 pub(crate) type Decoded<T> = std::result::Result<T, sqlx::Error>;

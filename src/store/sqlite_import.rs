@@ -43,6 +43,23 @@ const LEASE: Duration = Duration::from_secs(60);
 /// Rows undone per transaction.
 const UNDO_BATCH: i64 = 500;
 
+/// Rows per INSERT into `dlq_import_rows` (7 values each, far below SQLite's 32,766).
+const KEPT_PER_STATEMENT: usize = 1000;
+
+/// A staged row's own claim and times, given back after the release.
+struct Kept {
+    /// Of the import file, for an error.
+    line: usize,
+    id: String,
+    replay_claim_owner: Option<String>,
+    replay_claim_expires_at: Option<i64>,
+    replayed_at: Option<i64>,
+    replay_attempt_at: Option<i64>,
+    discarded_at: Option<i64>,
+    /// What the line carried, written with the batch.
+    history: Vec<crate::model::HistoryEntry>,
+}
+
 /// What an import did, for `-v`.
 #[derive(Default)]
 struct Staged {
@@ -108,13 +125,17 @@ impl SqliteStore {
             if renewed.rows_affected() != 1 {
                 return Err(taken_for_dead());
             }
-            let mut bytes = 0;
+            let (mut bytes, mut kept) = (0, Vec::new());
             while started.elapsed() < BATCH_TIME && bytes < BATCH_BYTES {
                 let Some(r) = rows.next() else { break };
                 bytes += r.body.len();
-                self.stage_row(&mut tx, token, r, existing, &mut staged.report)
-                    .await?;
+                match self.stage_row(&mut tx, token, r, existing).await? {
+                    Some(k) => kept.push(k),
+                    None => staged.report.skipped_existing += 1,
+                }
             }
+            self.keep_aside(&mut tx, token, &kept).await?;
+            staged.report.imported += kept.len() as u64;
             tx.commit().await.map_err(self.err())?;
             staged.batches += 1;
             staged.longest = staged.longest.max(started.elapsed());
@@ -125,15 +146,16 @@ impl SqliteStore {
         Ok(staged)
     }
 
-    /// Inserts one row held by the import (its own claim and times kept aside).
+    /// Inserts one row held by the import; returns its own claim and times and its
+    /// history, to be written with the batch ([`Self::keep_aside`]), or `None` when it
+    /// was skipped as existing.
     async fn stage_row(
         &self,
         tx: &mut SqliteConnection,
         token: &str,
         mut r: NewDeadLetter,
         existing: OnExisting,
-        report: &mut ImportReport,
-    ) -> Result<()> {
+    ) -> Result<Option<Kept>> {
         let res = insert_staged(tx, token, &mut r, existing).await;
         match res {
             Ok(0) if existing == OnExisting::Skip => {
@@ -147,8 +169,7 @@ impl SqliteStore {
                         r.line, r.id
                     )));
                 }
-                report.skipped_existing += 1;
-                return Ok(());
+                return Ok(None);
             }
             // Only a BLOB id of the same bytes stops a plain INSERT without an error.
             Ok(0) => {
@@ -167,25 +188,54 @@ impl SqliteStore {
             }
             Err(e) => return Err(self.line_error(r.line, e)),
         }
-        report.imported += 1;
-        sqlx::query(
-            "INSERT INTO dlq_import_rows (token, id, replay_claim_owner, \
-             replay_claim_expires_at, replayed_at, replay_attempt_at, discarded_at) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-        )
-        .bind(token)
-        .bind(&r.id)
-        .bind(&r.replay_claim_owner)
-        .bind(r.replay_claim_expires_at.map(to_us))
-        .bind(r.replayed_at.map(to_us))
-        .bind(r.replay_attempt_at.map(to_us))
-        .bind(r.discarded_at.map(to_us))
-        .execute(&mut *tx)
-        .await
-        .map_err(|e| self.line_error(r.line, e))?;
-        import_history::<Sqlite>(&mut *tx, &r)
-            .await
-            .map_err(|e| self.line_error(r.line, e))
+        Ok(Some(Kept {
+            line: r.line,
+            id: r.id,
+            replay_claim_owner: r.replay_claim_owner,
+            replay_claim_expires_at: r.replay_claim_expires_at.map(to_us),
+            replayed_at: r.replayed_at.map(to_us),
+            replay_attempt_at: r.replay_attempt_at.map(to_us),
+            discarded_at: r.discarded_at.map(to_us),
+            history: r.history.unwrap_or_default(),
+        }))
+    }
+
+    /// The batch's rows' own claim and times, in `dlq_import_rows`, and their history: a
+    /// statement per [`KEPT_PER_STATEMENT`] rows, not one per row (each statement costs a
+    /// trip to sqlx's SQLite thread).
+    async fn keep_aside(
+        &self,
+        tx: &mut SqliteConnection,
+        token: &str,
+        kept: &[Kept],
+    ) -> Result<()> {
+        for rows in kept.chunks(KEPT_PER_STATEMENT) {
+            let mut qb = sqlx::QueryBuilder::<Sqlite>::new(
+                "INSERT INTO dlq_import_rows (token, id, replay_claim_owner, \
+                 replay_claim_expires_at, replayed_at, replay_attempt_at, discarded_at) ",
+            );
+            qb.push_values(rows, |mut b, k| {
+                b.push_bind(token)
+                    .push_bind(&k.id)
+                    .push_bind(&k.replay_claim_owner)
+                    .push_bind(k.replay_claim_expires_at)
+                    .push_bind(k.replayed_at)
+                    .push_bind(k.replay_attempt_at)
+                    .push_bind(k.discarded_at);
+            });
+            qb.build()
+                .execute(&mut *tx)
+                .await
+                .map_err(|e| self.line_error(rows[0].line, e))?;
+            let history: Vec<_> = rows
+                .iter()
+                .flat_map(|k| k.history.iter().map(|h| (k.id.as_str(), h)))
+                .collect();
+            import_history::<Sqlite>(&mut *tx, &history)
+                .await
+                .map_err(|e| self.line_error(rows[0].line, e))?;
+        }
+        Ok(())
     }
 
     fn line_error(&self, line: usize, e: sqlx::Error) -> DlqError {

@@ -5,7 +5,7 @@ use super::columns::body_len;
 use super::decode::{unreadable, Col, Columns};
 use super::{push_binds, required, Bind, Decoded, Dialect, NotUtf8, Partial, BODY_SLICE};
 use crate::error::{DlqError, Result};
-use crate::model::{token_operator, DeadLetter};
+use crate::model::{token_operator, DeadLetter, HistoryEntry};
 use crate::spell::{words, Cmd};
 use crate::store::NewDeadLetter;
 use futures_util::TryStreamExt;
@@ -142,29 +142,48 @@ fn exported_columns(
     Ok((r, owner, history))
 }
 
-/// Inserts the history an import line carried, as exported (its times kept).
+/// History entries per INSERT: 9 values each, within both drivers' limits.
+const HISTORY_PER_STATEMENT: usize = 1000;
+
+/// Each history entry import lines carried, with its row's ID, oldest first per row.
+pub(crate) fn carried_history<'r>(
+    rows: impl IntoIterator<Item = &'r NewDeadLetter>,
+) -> Vec<(&'r str, &'r HistoryEntry)> {
+    rows.into_iter()
+        .flat_map(|r| {
+            let h = r.history.as_deref().unwrap_or_default();
+            h.iter().map(|e| (r.id.as_str(), e))
+        })
+        .collect()
+}
+
+/// Inserts history import lines carried, as exported (their times kept), in the order
+/// given: one statement per [`HISTORY_PER_STATEMENT`] entries.
 pub(crate) async fn import_history<D: Dialect>(
     conn: &mut D::Connection,
-    r: &NewDeadLetter,
+    entries: &[(&str, &HistoryEntry)],
 ) -> Decoded<()> {
-    for h in r.history.as_deref().unwrap_or_default() {
+    for chunk in entries.chunks(HISTORY_PER_STATEMENT) {
         let mut qb = QueryBuilder::new(
             "INSERT INTO dead_letter_history (dead_letter_id, at, operator, action, outcome, \
-             detail, target, plan_id, token_ref) VALUES (",
+             detail, target, plan_id, token_ref) VALUES ",
         );
-        let values = [
-            Bind::Text(r.id.clone()),
-            Bind::Time(h.at),
-            Bind::Text(h.operator.clone()),
-            Bind::Text(h.action.clone()),
-            Bind::Text(h.outcome.clone()),
-            Bind::OptText(h.detail.clone()),
-            Bind::OptText(h.target.clone()),
-            Bind::OptText(h.plan_id.clone()),
-            Bind::OptText(h.token_ref.clone()),
-        ];
-        push_binds(&mut qb, values);
-        qb.push(")");
+        for (i, (id, h)) in chunk.iter().enumerate() {
+            qb.push(if i == 0 { "(" } else { ", (" });
+            let values = [
+                Bind::Text(id.to_string()),
+                Bind::Time(h.at),
+                Bind::Text(h.operator.clone()),
+                Bind::Text(h.action.clone()),
+                Bind::Text(h.outcome.clone()),
+                Bind::OptText(h.detail.clone()),
+                Bind::OptText(h.target.clone()),
+                Bind::OptText(h.plan_id.clone()),
+                Bind::OptText(h.token_ref.clone()),
+            ];
+            push_binds(&mut qb, values);
+            qb.push(")");
+        }
         D::fetch(conn, qb.build()).try_collect::<Vec<_>>().await?;
     }
     Ok(())
