@@ -11,7 +11,6 @@ use crate::store::{
     already_exists, db_error, is_postgres_row_error, ImportReport, NewDeadLetter, OnExisting,
 };
 use sqlx::{Connection, PgConnection, Postgres};
-use std::collections::HashSet;
 
 /// At most this many rows per INSERT, and about this many bytes of bodies (a larger body
 /// goes alone).
@@ -70,21 +69,54 @@ pub(super) async fn import(
     Ok(report)
 }
 
-/// The rows in input order, cut at [`CHUNK_ROWS`] rows or [`CHUNK_BYTES`] of bodies.
+/// The rows in input order, cut at [`CHUNK_ROWS`] rows or [`CHUNK_BYTES`] of values.
 fn chunks(rows: &[NewDeadLetter]) -> Vec<&[NewDeadLetter]> {
     let mut out = Vec::new();
     let (mut start, mut bytes) = (0, 0);
     for (i, r) in rows.iter().enumerate() {
-        if i > start && (i - start == CHUNK_ROWS || bytes + r.body.len() > CHUNK_BYTES) {
+        let size = bound_bytes(r);
+        if i > start && (i - start == CHUNK_ROWS || bytes + size > CHUNK_BYTES) {
             out.push(&rows[start..i]);
             (start, bytes) = (i, 0);
         }
-        bytes += r.body.len();
+        bytes += size;
     }
     if start < rows.len() {
         out.push(&rows[start..]);
     }
     out
+}
+
+/// About what the row takes in the statements that insert it and its history: every
+/// value counts, since any can be large (PostgreSQL refuses a message past 1 GB).
+fn bound_bytes(r: &NewDeadLetter) -> usize {
+    let opt = |v: &Option<String>| v.as_ref().map_or(0, String::len);
+    let texts = [
+        &r.replay_claim_owner,
+        &r.last_replay_error,
+        &r.event_id,
+        &r.error,
+        &r.producer,
+        &r.schema_version,
+        &r.source_queue,
+        &r.exchange,
+        &r.routing_key,
+        &r.discard_note,
+        &r.revision_of,
+    ];
+    let history = r.history.iter().flatten().map(|h| {
+        let extra = [&h.detail, &h.token_ref, &h.target, &h.plan_id];
+        64 + h.operator.len()
+            + h.action.len()
+            + h.outcome.len()
+            + extra.map(opt).iter().sum::<usize>()
+    });
+    64 + r.id.len()
+        + r.body.len()
+        + r.reason.len()
+        + r.headers_json.len()
+        + texts.map(opt).iter().sum::<usize>()
+        + history.sum::<usize>()
 }
 
 /// Why a chunk was not inserted as one statement.
@@ -125,15 +157,11 @@ async fn insert_chunk(
         .map(|r| i32::try_from(r.attempts))
         .collect::<std::result::Result<Vec<i32>, _>>()
         .map_err(|_| Refused::Row)?;
-    let inserted: HashSet<String> = insert_rows(conn, chunk, attempts, existing)
+    // An ID twice in the input: the first line is the one inserted, and returned.
+    let rows: Vec<&NewDeadLetter> = insert_rows(conn, chunk, attempts, existing)
         .await?
         .into_iter()
-        .collect();
-    // An ID twice in the input: the first line is the one inserted.
-    let mut seen = HashSet::new();
-    let rows: Vec<&NewDeadLetter> = chunk
-        .iter()
-        .filter(|r| inserted.contains(&r.id) && seen.insert(r.id.as_str()))
+        .map(|n| &chunk[n as usize - 1])
         .collect();
     import_history::<Postgres>(conn, &carried_history(rows.iter().copied())).await?;
     Ok(rows.iter().map(|r| r.id.clone()).collect())
@@ -177,13 +205,15 @@ async fn insert_each(
 }
 
 /// One INSERT of `rows`, each column bound as one array of borrowed values (no copy of
-/// the bodies), in input order. Returns the IDs inserted.
+/// the bodies), in input order. Returns the positions (from 1) of the rows inserted: the
+/// IDs read back can differ from those sent (a database in another encoding keeps some
+/// characters as others).
 async fn insert_rows(
     conn: &mut PgConnection,
     rows: &[NewDeadLetter],
     attempts: Vec<i32>,
     existing: OnExisting,
-) -> std::result::Result<Vec<String>, sqlx::Error> {
+) -> std::result::Result<Vec<i64>, sqlx::Error> {
     let text = |f: for<'a> fn(&'a NewDeadLetter) -> &'a str| rows.iter().map(f).collect::<Vec<_>>();
     let opt = |f: for<'a> fn(&'a NewDeadLetter) -> &'a Option<String>| {
         rows.iter().map(|r| f(r).as_deref()).collect::<Vec<_>>()
@@ -192,24 +222,25 @@ async fn insert_rows(
         rows.iter().map(f).collect::<Vec<_>>()
     };
     let sql = format!(
-        "INSERT INTO dead_letters (id, body, reason, attempts, headers_json, replayed_at, \
-             replay_claim_owner, replay_claim_expires_at, last_replay_error, event_id, error, \
-             producer, schema_version, source_queue, exchange, routing_key, dead_lettered_at, \
-             replay_attempt_at, discarded_at, discard_note, revision_of) \
-         SELECT id, body, reason, attempts, headers_json, replayed_at, replay_claim_owner, \
-             replay_claim_expires_at, last_replay_error, event_id, error, producer, \
-             schema_version, source_queue, exchange, routing_key, COALESCE(at, now()), \
-             replay_attempt_at, discarded_at, discard_note, revision_of \
-         FROM UNNEST($1::text[], $2::bytea[], $3::text[], $4::int4[], $5::text[], \
-             $6::timestamptz[], $7::text[], $8::timestamptz[], $9::text[], $10::text[], \
-             $11::text[], $12::text[], $13::text[], $14::text[], $15::text[], $16::text[], \
-             $17::timestamptz[], $18::timestamptz[], $19::timestamptz[], $20::text[], \
-             $21::text[]) WITH ORDINALITY \
+        "WITH u AS (SELECT * FROM UNNEST($1::text[], $2::bytea[], $3::text[], $4::int4[], \
+             $5::text[], $6::timestamptz[], $7::text[], $8::timestamptz[], $9::text[], \
+             $10::text[], $11::text[], $12::text[], $13::text[], $14::text[], $15::text[], \
+             $16::text[], $17::timestamptz[], $18::timestamptz[], $19::timestamptz[], \
+             $20::text[], $21::text[]) WITH ORDINALITY \
            AS u(id, body, reason, attempts, headers_json, replayed_at, replay_claim_owner, \
              replay_claim_expires_at, last_replay_error, event_id, error, producer, \
              schema_version, source_queue, exchange, routing_key, at, replay_attempt_at, \
-             discarded_at, discard_note, revision_of, n) \
-         ORDER BY n{} RETURNING id",
+             discarded_at, discard_note, revision_of, n)), \
+         ins AS (INSERT INTO dead_letters (id, body, reason, attempts, headers_json, \
+             replayed_at, replay_claim_owner, replay_claim_expires_at, last_replay_error, \
+             event_id, error, producer, schema_version, source_queue, exchange, routing_key, \
+             dead_lettered_at, replay_attempt_at, discarded_at, discard_note, revision_of) \
+           SELECT id, body, reason, attempts, headers_json, replayed_at, replay_claim_owner, \
+             replay_claim_expires_at, last_replay_error, event_id, error, producer, \
+             schema_version, source_queue, exchange, routing_key, COALESCE(at, now()), \
+             replay_attempt_at, discarded_at, discard_note, revision_of \
+           FROM u ORDER BY n{} RETURNING id) \
+         SELECT min(u.n) FROM ins JOIN u ON u.id = ins.id GROUP BY ins.id ORDER BY 1",
         match existing {
             OnExisting::Skip => " ON CONFLICT (id) DO NOTHING",
             OnExisting::Refuse => "",
@@ -239,4 +270,49 @@ async fn insert_rows(
         .bind(opt(|r| &r.revision_of))
         .fetch_all(&mut *conn)
         .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::HistoryEntry;
+
+    fn row(headers: usize, detail: usize) -> NewDeadLetter {
+        NewDeadLetter {
+            headers_json: "h".repeat(headers),
+            history: Some(vec![HistoryEntry {
+                at: chrono::Utc::now(),
+                operator: "ops".into(),
+                action: "note".into(),
+                outcome: "noted".into(),
+                detail: Some("d".repeat(detail)),
+                token_ref: None,
+                target: None,
+                plan_id: None,
+            }]),
+            ..NewDeadLetter::default()
+        }
+    }
+
+    /// Large headers or history count, not only bodies: a thousand rows of 1.1 MiB
+    /// headers once went as one statement past PostgreSQL's 1 GB message limit.
+    #[test]
+    fn chunks_count_every_value_not_only_bodies() {
+        for rows in [
+            (0..1000).map(|_| row(1_100_000, 0)).collect::<Vec<_>>(),
+            (0..1000).map(|_| row(0, 1_100_000)).collect(),
+        ] {
+            let chunks = chunks(&rows);
+            assert_eq!(chunks.iter().map(|c| c.len()).sum::<usize>(), rows.len());
+            for c in &chunks {
+                let bytes: usize = c.iter().map(bound_bytes).sum();
+                assert!(
+                    c.len() == 1 || bytes <= CHUNK_BYTES,
+                    "{} rows, {bytes} bytes",
+                    c.len()
+                );
+            }
+            assert!(chunks.len() >= 1000 * 1_100_000 / CHUNK_BYTES);
+        }
+    }
 }

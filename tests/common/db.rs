@@ -50,25 +50,7 @@ pub struct TestDb {
 impl TestDb {
     pub fn new(backend: Backend) -> TestDb {
         match backend {
-            Backend::Postgres => {
-                let name = unique("dlq_t");
-                rt().block_on(async {
-                    let pool = sqlx::PgPool::connect(PG_ADMIN)
-                        .await
-                        .expect("PostgreSQL at 127.0.0.1:5432");
-                    sqlx::query(&format!("CREATE DATABASE {name}"))
-                        .execute(&pool)
-                        .await
-                        .unwrap();
-                    pool.close().await;
-                });
-                TestDb {
-                    backend,
-                    url: format!("postgres://postgres@127.0.0.1:5432/{name}"),
-                    pg_name: Some(name),
-                    _dir: None,
-                }
-            }
+            Backend::Postgres => TestDb::postgres_created_with(""),
             Backend::Sqlite => {
                 let dir = tempfile::tempdir().unwrap();
                 let url = format!("sqlite://{}", dir.path().join("dlq.db").display());
@@ -79,6 +61,27 @@ impl TestDb {
                     _dir: Some(dir),
                 }
             }
+        }
+    }
+
+    /// A fresh PostgreSQL database made by `CREATE DATABASE name {options}`.
+    pub fn postgres_created_with(options: &str) -> TestDb {
+        let name = unique("dlq_t");
+        rt().block_on(async {
+            let pool = sqlx::PgPool::connect(PG_ADMIN)
+                .await
+                .expect("PostgreSQL at 127.0.0.1:5432");
+            sqlx::query(&format!("CREATE DATABASE {name} {options}"))
+                .execute(&pool)
+                .await
+                .unwrap();
+            pool.close().await;
+        });
+        TestDb {
+            backend: Backend::Postgres,
+            url: format!("postgres://postgres@127.0.0.1:5432/{name}"),
+            pg_name: Some(name),
+            _dir: None,
         }
     }
 

@@ -258,3 +258,49 @@ fn skip_existing_keeps_the_rows_here_across_a_large_import() {
         }
     }
 }
+
+/// A PostgreSQL database in another encoding than UTF-8, where an ID can be kept as
+/// other characters than it was written with (EUC_JP keeps U+00A6 as U+FFE4).
+fn euc_jp_db() -> TestDb {
+    let db = TestDb::postgres_created_with(
+        "ENCODING 'EUC_JP' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0",
+    );
+    let r = db.dlq(&["migrate"]);
+    assert_eq!(r.code, 0, "migrate: {}", r.all());
+    db
+}
+
+/// An imported row is counted and keeps its history even when the database keeps its ID
+/// as other characters. Once counted such a row as skipped and dropped its history.
+#[test]
+fn a_row_kept_under_other_characters_is_counted_as_imported() {
+    let db = euc_jp_db();
+    let line = json!({"id": "a\u{a6}1", "reason": "poison_message", "body_text": "{}",
+                      "history": [{"at": "2026-01-01T00:00:00Z", "operator": "ops",
+                                   "action": "note", "outcome": "noted", "detail": "kept"}]});
+    let r = db.dlq_stdin(&["import", "-"], &lines_of(&[line]));
+    assert_eq!(r.code, 0, "{}", r.all());
+    assert_eq!(r.json(), json!({"imported": 1, "skipped_existing": 0}));
+    let shown = db.show("a\u{ffe4}1");
+    assert_eq!(shown["history"][0]["detail"], "kept", "{shown}");
+}
+
+/// A revision whose ID the database keeps as other characters is still seen beside its
+/// live original: the import is refused, not one event left live twice. Once such a
+/// revision slipped past the check and both rows were live.
+#[test]
+fn a_revision_kept_under_other_characters_still_meets_its_live_original() {
+    let db = euc_jp_db();
+    let original = json!({"id": "orig", "reason": "poison_message", "body_text": "{}",
+                          "event_id": "e1", "dead_lettered_at": "2026-01-01T00:00:00Z"});
+    assert_eq!(
+        db.dlq_stdin(&["import", "-"], &lines_of(&[original])).code,
+        0
+    );
+    let revision = json!({"id": "rev\u{a6}", "reason": "poison_message", "body_text": "{}",
+                          "event_id": "e1", "revision_of": "orig",
+                          "dead_lettered_at": "2026-01-02T00:00:00Z"});
+    let r = db.dlq_stdin(&["import", "-"], &lines_of(&[revision]));
+    assert_eq!(r.code, 2, "{}", r.all());
+    assert_eq!(db.dlq(&["show", "rev\u{ffe4}"]).code, 4, "nothing imported");
+}
