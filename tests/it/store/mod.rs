@@ -6,5 +6,6 @@ mod identity;
 mod identity_rule;
 mod import_batches;
 mod migrations;
+mod sessions;
 mod sqlite_rows;
 mod upgrade;
