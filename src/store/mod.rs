@@ -96,6 +96,41 @@ pub struct NewDeadLetter {
     pub unreadable: std::collections::BTreeMap<String, String>,
 }
 
+impl NewDeadLetter {
+    /// About what the row takes in the statements that insert it and its history: every
+    /// value counts, since any can be large (PostgreSQL refuses a message past 1 GB; a
+    /// SQLite batch writes large headers as long as large bodies).
+    pub(crate) fn bytes(&self) -> usize {
+        let opt = |v: &Option<String>| v.as_ref().map_or(0, String::len);
+        let texts = [
+            &self.replay_claim_owner,
+            &self.last_replay_error,
+            &self.event_id,
+            &self.error,
+            &self.producer,
+            &self.schema_version,
+            &self.source_queue,
+            &self.exchange,
+            &self.routing_key,
+            &self.discard_note,
+            &self.revision_of,
+        ];
+        let history = self.history.iter().flatten().map(|h| {
+            let extra = [&h.detail, &h.token_ref, &h.target, &h.plan_id];
+            64 + h.operator.len()
+                + h.action.len()
+                + h.outcome.len()
+                + extra.map(opt).iter().sum::<usize>()
+        });
+        64 + self.id.len()
+            + self.body.len()
+            + self.reason.len()
+            + self.headers_json.len()
+            + texts.map(opt).iter().sum::<usize>()
+            + history.sum::<usize>()
+    }
+}
+
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct ImportReport {
     pub imported: u64,

@@ -12,8 +12,8 @@ use crate::store::{
 };
 use sqlx::{Connection, PgConnection, Postgres};
 
-/// At most this many rows per INSERT, and about this many bytes of bodies (a larger body
-/// goes alone).
+/// At most this many rows per INSERT, and about this many bytes of values
+/// ([`NewDeadLetter::bytes`]; a larger row goes alone).
 const CHUNK_ROWS: usize = 1000;
 const CHUNK_BYTES: usize = 8 << 20;
 
@@ -74,7 +74,7 @@ fn chunks(rows: &[NewDeadLetter]) -> Vec<&[NewDeadLetter]> {
     let mut out = Vec::new();
     let (mut start, mut bytes) = (0, 0);
     for (i, r) in rows.iter().enumerate() {
-        let size = bound_bytes(r);
+        let size = r.bytes();
         if i > start && (i - start == CHUNK_ROWS || bytes + size > CHUNK_BYTES) {
             out.push(&rows[start..i]);
             (start, bytes) = (i, 0);
@@ -85,38 +85,6 @@ fn chunks(rows: &[NewDeadLetter]) -> Vec<&[NewDeadLetter]> {
         out.push(&rows[start..]);
     }
     out
-}
-
-/// About what the row takes in the statements that insert it and its history: every
-/// value counts, since any can be large (PostgreSQL refuses a message past 1 GB).
-fn bound_bytes(r: &NewDeadLetter) -> usize {
-    let opt = |v: &Option<String>| v.as_ref().map_or(0, String::len);
-    let texts = [
-        &r.replay_claim_owner,
-        &r.last_replay_error,
-        &r.event_id,
-        &r.error,
-        &r.producer,
-        &r.schema_version,
-        &r.source_queue,
-        &r.exchange,
-        &r.routing_key,
-        &r.discard_note,
-        &r.revision_of,
-    ];
-    let history = r.history.iter().flatten().map(|h| {
-        let extra = [&h.detail, &h.token_ref, &h.target, &h.plan_id];
-        64 + h.operator.len()
-            + h.action.len()
-            + h.outcome.len()
-            + extra.map(opt).iter().sum::<usize>()
-    });
-    64 + r.id.len()
-        + r.body.len()
-        + r.reason.len()
-        + r.headers_json.len()
-        + texts.map(opt).iter().sum::<usize>()
-        + history.sum::<usize>()
 }
 
 /// Why a chunk was not inserted as one statement.
@@ -157,7 +125,8 @@ async fn insert_chunk(
         .map(|r| i32::try_from(r.attempts))
         .collect::<std::result::Result<Vec<i32>, _>>()
         .map_err(|_| Refused::Row)?;
-    // An ID twice in the input: the first line is the one inserted, and returned.
+    // Two lines the database keeps as one ID (the input has no ID twice): the first is
+    // inserted, and returned.
     let rows: Vec<&NewDeadLetter> = insert_rows(conn, chunk, attempts, existing)
         .await?
         .into_iter()
@@ -305,7 +274,7 @@ mod tests {
             let chunks = chunks(&rows);
             assert_eq!(chunks.iter().map(|c| c.len()).sum::<usize>(), rows.len());
             for c in &chunks {
-                let bytes: usize = c.iter().map(bound_bytes).sum();
+                let bytes: usize = c.iter().map(NewDeadLetter::bytes).sum();
                 assert!(
                     c.len() == 1 || bytes <= CHUNK_BYTES,
                     "{} rows, {bytes} bytes",

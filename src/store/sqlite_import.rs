@@ -33,7 +33,7 @@ pub use crate::store::IMPORT_OWNER as STAGED;
 use crate::store::IMPORT_UNTIL as STAGED_UNTIL;
 /// How long one batch holds the write lock, about.
 const BATCH_TIME: Duration = Duration::from_millis(250);
-/// Bodies per batch at most, whatever the time.
+/// Bytes of values per batch at most ([`NewDeadLetter::bytes`]), whatever the time.
 const BATCH_BYTES: usize = 32 * 1024 * 1024;
 /// The lock left free between batches: SQLite's busy handler polls (at most 100 ms
 /// apart), it does not queue, so a waiting writer must find the lock free when it looks.
@@ -128,7 +128,7 @@ impl SqliteStore {
             let (mut bytes, mut kept) = (0, Vec::new());
             while started.elapsed() < BATCH_TIME && bytes < BATCH_BYTES {
                 let Some(r) = rows.next() else { break };
-                bytes += r.body.len();
+                bytes += r.bytes();
                 match self.stage_row(&mut tx, token, r, existing).await? {
                     Some(k) => kept.push(k),
                     None => staged.report.skipped_existing += 1,
